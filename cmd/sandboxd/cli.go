@@ -1,0 +1,277 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+
+	"github.com/sandboxd/sandboxd/examples"
+	"github.com/sandboxd/sandboxd/executor"
+	"github.com/sandboxd/sandboxd/manifest"
+	"github.com/sandboxd/sandboxd/toolerr"
+)
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1 // the call (or load) failed; the error envelope is on stdout
+	exitUsage = 2 // bad flags or arguments
+)
+
+const usageText = `sandboxd runs tool handlers compiled to WebAssembly inside a sandbox.
+
+Usage:
+  sandboxd run [flags]        run one call of a tool and print the result envelope
+  sandboxd version            print the version
+  sandboxd help [command]     show help
+
+Run "sandboxd help run" for the flags of run.
+`
+
+// run is the whole CLI: it parses args and returns the process exit code.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usageText)
+		return exitUsage
+	}
+	switch args[0] {
+	case "run":
+		return cmdRun(ctx, args[1:], stdin, stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintf(stdout, "sandboxd %s\n", version())
+		return exitOK
+	case "help", "-h", "--help":
+		if len(args) > 1 && args[1] == "run" {
+			return cmdRun(ctx, []string{"-h"}, stdin, stdout, stderr)
+		}
+		fmt.Fprint(stdout, usageText)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "sandboxd: unknown command %q\n\n%s", args[0], usageText)
+		return exitUsage
+	}
+}
+
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+// stringList is a repeatable flag.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("sandboxd run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		manifestPath = fs.String("manifest", "", "tool manifest (JSON); without it, the bundled example tool runs")
+		inputPath    = fs.String("input", "", "input JSON file, or - for stdin (required with --manifest)")
+		ctxPath      = fs.String("ctx", "", "call context JSON file: {tenantId, runId, requestId?, projectId?, orgId?, idempotencyKey?, settings?, env?, config?, secrets?}")
+		timeout      = fs.Duration("timeout", executor.DefaultTimeout, "wall deadline for the call")
+		cacheDir     = fs.String("cache-dir", "", "compilation cache directory (default: sandboxd/wazero under the user cache dir)")
+		noCache      = fs.Bool("no-cache", false, "keep compiled code in memory only")
+		memMB        = fs.Int64("default-mem-mb", executor.DefaultMemMB, "memMB for tools that declare no limits")
+		cpuMs        = fs.Int64("default-cpu-ms", executor.DefaultCPUMs, "cpuMs for tools that declare no limits")
+		envs         stringList
+		refused      stringList
+	)
+	fs.Var(&envs, "env", "NAME=VALUE for a needsSpec.env value (repeatable)")
+	fs.Var(&refused, "refuse-posture", "refuse tools with this sandbox posture (repeatable: none, context-isolated, strict)")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: sandboxd run [--manifest tool.json --input input.json|-] [flags]\n\n"+
+			"Runs one call and prints exactly one JSON envelope on stdout:\n"+
+			"  {\"v\":2,\"kind\":\"result\",\"output\":…,\"usage\":{…}}   exit 0\n"+
+			"  {\"v\":2,\"kind\":\"error\",\"code\":…,\"message\":…}    exit 1\n"+
+			"Bad flags exit 2. Diagnostics and guest output go to stderr.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	usage := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "sandboxd run: "+format+"\n", a...)
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		return usage("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	if *timeout <= 0 {
+		return usage("--timeout must be positive, got %s", *timeout)
+	}
+	if *memMB <= 0 || *cpuMs <= 0 {
+		return usage("--default-mem-mb and --default-cpu-ms must be positive")
+	}
+	var postures []manifest.Posture
+	for _, r := range refused {
+		for _, p := range strings.Split(r, ",") {
+			switch manifest.Posture(p) {
+			case manifest.PostureNone, manifest.PostureContextIsolated, manifest.PostureStrict:
+				postures = append(postures, manifest.Posture(p))
+			default:
+				return usage("--refuse-posture: unknown posture %q", p)
+			}
+		}
+	}
+	cc := executor.CallContext{TenantID: "local", RunID: newRunID()}
+	if *ctxPath != "" {
+		b, err := os.ReadFile(*ctxPath)
+		if err != nil {
+			return usage("--ctx: %v", err)
+		}
+		if err := parseCallContext(b, &cc); err != nil {
+			return usage("--ctx %s: %v", *ctxPath, err)
+		}
+	}
+	for _, kv := range envs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return usage("--env wants NAME=VALUE, got %q", kv)
+		}
+		if cc.Env == nil {
+			cc.Env = map[string]string{}
+		}
+		cc.Env[k] = v
+	}
+
+	var (
+		manifestJSON, input []byte
+		loadOpts            []executor.LoadOption
+		err                 error
+	)
+	if *manifestPath == "" {
+		fmt.Fprintln(stderr, "sandboxd run: no --manifest given; running the bundled example tool acme.echo")
+		manifestJSON = examples.EchoManifest
+		loadOpts = append(loadOpts, executor.WithModule(examples.EchoWasm))
+		input = examples.EchoInput
+		if *inputPath != "" {
+			if input, err = readInput(*inputPath, stdin); err != nil {
+				return usage("--input: %v", err)
+			}
+		}
+	} else {
+		if *inputPath == "" {
+			return usage("--input is required with --manifest (use - for stdin)")
+		}
+		if manifestJSON, err = os.ReadFile(*manifestPath); err != nil {
+			return usage("--manifest: %v", err)
+		}
+		if input, err = readInput(*inputPath, stdin); err != nil {
+			return usage("--input: %v", err)
+		}
+		abs, err := filepath.Abs(*manifestPath)
+		if err != nil {
+			return usage("--manifest: %v", err)
+		}
+		loadOpts = append(loadOpts, executor.WithBaseDir(filepath.Dir(abs)))
+	}
+
+	cfg := executor.NewConfig().
+		WithDevMode(true).
+		WithDefaultLimits(*memMB, *cpuMs).
+		WithDefaultTimeout(*timeout).
+		WithRefusedPostures(postures...).
+		WithGuestOutput(stderr, stderr)
+	if *noCache {
+		cfg = cfg.WithCacheDir("")
+	} else if *cacheDir != "" {
+		cfg = cfg.WithCacheDir(*cacheDir)
+	}
+	exec, err := executor.New(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "sandboxd run: %v\n", err)
+		return emit(stdout, stderr, nil, toolerr.Wrap(toolerr.Internal, err, "cannot start the executor"))
+	}
+	defer exec.Close(context.Background())
+
+	callCtx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	tool, err := exec.Load(callCtx, manifestJSON, loadOpts...)
+	if err != nil {
+		return emit(stdout, stderr, nil, err)
+	}
+	res, err := tool.Invoke(callCtx, executor.Request{Input: input, Context: cc})
+	return emit(stdout, stderr, res, err)
+}
+
+// emit prints the envelope for the outcome and returns the exit code.
+func emit(stdout, stderr io.Writer, res *executor.Result, err error) int {
+	b, merr := json.Marshal(executor.Envelope(res, err))
+	if merr != nil {
+		fmt.Fprintf(stderr, "sandboxd run: cannot encode the result: %v\n", merr)
+		b, _ = json.Marshal(executor.Envelope(nil, toolerr.Wrap(toolerr.Internal, merr, "cannot encode the result")))
+		err = merr
+	}
+	fmt.Fprintf(stdout, "%s\n", b)
+	if err != nil {
+		return exitError
+	}
+	return exitOK
+}
+
+func readInput(path string, stdin io.Reader) ([]byte, error) {
+	if path == "-" {
+		return io.ReadAll(io.LimitReader(stdin, maxInputBytes+1))
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() > maxInputBytes {
+		return nil, fmt.Errorf("%s is %d bytes, over the %d-byte input cap", path, st.Size(), maxInputBytes)
+	}
+	return os.ReadFile(path)
+}
+
+// maxInputBytes matches the pack service's request body cap.
+const maxInputBytes = 10 << 20
+
+func parseCallContext(b []byte, cc *executor.CallContext) error {
+	var doc struct {
+		TenantID       string                     `json:"tenantId"`
+		RunID          string                     `json:"runId"`
+		RequestID      string                     `json:"requestId"`
+		ProjectID      string                     `json:"projectId"`
+		OrgID          string                     `json:"orgId"`
+		IdempotencyKey string                     `json:"idempotencyKey"`
+		Settings       json.RawMessage            `json:"settings"`
+		Env            map[string]string          `json:"env"`
+		Config         map[string]json.RawMessage `json:"config"`
+		Secrets        map[string]string          `json:"secrets"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return err
+	}
+	if doc.TenantID != "" {
+		cc.TenantID = doc.TenantID
+	}
+	if doc.RunID != "" {
+		cc.RunID = doc.RunID
+	}
+	cc.RequestID, cc.ProjectID, cc.OrgID, cc.IdempotencyKey = doc.RequestID, doc.ProjectID, doc.OrgID, doc.IdempotencyKey
+	cc.Settings, cc.Env, cc.Config, cc.Secrets = doc.Settings, doc.Env, doc.Config, doc.Secrets
+	return nil
+}
+
+func newRunID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "run-" + hex.EncodeToString(b[:])
+}
+

@@ -1,0 +1,233 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/tetratelabs/wazero"
+
+	"github.com/sandboxd/sandboxd/artifact"
+	"github.com/sandboxd/sandboxd/manifest"
+	"github.com/sandboxd/sandboxd/toolerr"
+)
+
+// Executor loads and runs tools. Create one with New and Close it when done;
+// tools it loaded must be closed first (or are closed with it).
+type Executor struct {
+	cfg   Config
+	cache wazero.CompilationCache
+
+	mu     sync.Mutex
+	tools  map[*Tool]struct{}
+	closed bool
+}
+
+// New validates cfg and opens the compilation cache.
+func New(ctx context.Context, cfg Config) (*Executor, error) {
+	if cfg.defaultMemMB <= 0 || cfg.defaultCPUMs <= 0 {
+		return nil, fmt.Errorf("executor: default limits must be positive (memMB %d, cpuMs %d)", cfg.defaultMemMB, cfg.defaultCPUMs)
+	}
+	if cfg.defaultMemMB > maxMemMB {
+		return nil, fmt.Errorf("executor: default memMB %d is over the wasm32 maximum of %d", cfg.defaultMemMB, maxMemMB)
+	}
+	dir := cfg.cacheDir
+	if !cfg.cacheDirSet {
+		d, err := DefaultCacheDir()
+		if err != nil {
+			return nil, fmt.Errorf("executor: no user cache directory (set one explicitly): %w", err)
+		}
+		dir = d
+	}
+	var cache wazero.CompilationCache
+	if dir == "" {
+		cache = wazero.NewCompilationCache()
+	} else {
+		if err := ensurePrivateDir(dir); err != nil {
+			return nil, err
+		}
+		c, err := wazero.NewCompilationCacheWithDir(dir)
+		if err != nil {
+			return nil, fmt.Errorf("executor: compilation cache %s: %w", dir, err)
+		}
+		cache = c
+	}
+	return &Executor{cfg: cfg, cache: cache, tools: map[*Tool]struct{}{}}, nil
+}
+
+// ensurePrivateDir creates dir (and missing parents) mode 0700 and refuses a
+// directory that other users could write: it holds code that will run.
+func ensurePrivateDir(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return fmt.Errorf("executor: cache directory %s: %w", dir, err)
+	}
+	if err := os.MkdirAll(abs, 0o700); err != nil {
+		return fmt.Errorf("executor: cache directory %s: %w", abs, err)
+	}
+	st, err := os.Stat(abs)
+	if err != nil {
+		return fmt.Errorf("executor: cache directory %s: %w", abs, err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("executor: cache directory %s is not a directory", abs)
+	}
+	if st.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("executor: cache directory %s is writable by other users (mode %v); refusing to run code from it", abs, st.Mode().Perm())
+	}
+	if err := checkOwner(abs, st); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Close closes every tool still open and the compilation cache.
+func (e *Executor) Close(ctx context.Context) error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	tools := make([]*Tool, 0, len(e.tools))
+	for t := range e.tools {
+		tools = append(tools, t)
+	}
+	e.mu.Unlock()
+	var errs []error
+	for _, t := range tools {
+		errs = append(errs, t.Close(ctx))
+	}
+	errs = append(errs, e.cache.Close(ctx))
+	return errors.Join(errs...)
+}
+
+// LoadOption adjusts one Load.
+type LoadOption func(*loadOptions)
+
+type loadOptions struct {
+	baseDir string
+	module  []byte
+}
+
+// WithBaseDir anchors relative filesystem modulePaths (normally the directory
+// of the manifest file).
+func WithBaseDir(dir string) LoadOption { return func(o *loadOptions) { o.baseDir = dir } }
+
+// WithModule supplies the module bytes directly instead of resolving the
+// manifest's codeArtifactRef (an embedded example, a test).
+func WithModule(wasm []byte) LoadOption { return func(o *loadOptions) { o.module = wasm } }
+
+// Load parses and validates a manifest, resolves its artifact, compiles the
+// module and checks its ABI shape. The returned Tool must be closed. Failures
+// are *toolerr.Error (invalid-tool-definition, level-not-supported,
+// policy-refused, artifact-*, handler-shape-invalid, limits-exceeded).
+func (e *Executor) Load(ctx context.Context, manifestJSON []byte, opts ...LoadOption) (*Tool, error) {
+	var o loadOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	mt, err := manifest.Load(manifestJSON)
+	if err != nil {
+		return nil, err
+	}
+	t, err := e.load(ctx, mt, &o)
+	if err != nil {
+		return nil, toolerr.As(err).WithTool(mt.ID)
+	}
+	return t, nil
+}
+
+func (e *Executor) load(ctx context.Context, mt *manifest.Tool, o *loadOptions) (*Tool, error) {
+	posture := mt.Posture()
+	if e.cfg.refused[posture] {
+		return nil, toolerr.New(toolerr.LevelNotSupported, "sandbox posture %q is refused by this sandboxd", posture)
+	}
+	switch posture {
+	case manifest.PostureNone, manifest.PostureContextIsolated, manifest.PostureStrict:
+	default:
+		return nil, toolerr.New(toolerr.LevelNotSupported, "unknown sandbox posture %q", posture)
+	}
+	if posture == manifest.PostureStrict && mt.Network != nil && mt.Network.Kind == "unrestricted" {
+		return nil, toolerr.New(toolerr.PolicyRefused, "a strict tool cannot have network kind \"unrestricted\"")
+	}
+	if mt.CodeArtifactRef == nil {
+		if len(mt.Spec) > 0 {
+			return nil, toolerr.New(toolerr.LevelNotSupported, "declarative tools (spec) are not supported by this sandboxd yet; give a codeArtifactRef")
+		}
+		return nil, toolerr.New(toolerr.InvalidToolDefinition, "the tool has no handler: codeArtifactRef is required")
+	}
+	lim, err := e.effectiveLimits(mt.Manifest)
+	if err != nil {
+		return nil, err
+	}
+	needs, err := compileNeeds(mt.Manifest)
+	if err != nil {
+		return nil, err
+	}
+	mod, err := e.resolve(ctx, mt.Manifest, o)
+	if err != nil {
+		return nil, err
+	}
+	return e.newTool(ctx, mt, mod, lim, needs)
+}
+
+func (e *Executor) resolve(ctx context.Context, m *manifest.Manifest, o *loadOptions) (*artifact.Module, error) {
+	if o.module != nil {
+		return &artifact.Module{Bytes: o.module, Digest: artifact.Digest(o.module), Source: "memory"}, nil
+	}
+	ref := artifact.Ref{
+		Kind:            m.CodeArtifactRef.Kind,
+		ImageRef:        m.CodeArtifactRef.ImageRef,
+		ModulePath:      m.CodeArtifactRef.ModulePath,
+		ArtifactVersion: m.CodeArtifactRef.ArtifactVersion,
+	}
+	if ref.Kind == artifact.KindFilesystem {
+		if !e.cfg.dev {
+			return nil, toolerr.New(toolerr.ArtifactRefused, "filesystem artifact refs are refused outside dev mode; publish the module to an OCI registry")
+		}
+		return artifact.Filesystem{BaseDir: o.baseDir}.Resolve(ctx, ref)
+	}
+	if e.cfg.resolver == nil {
+		return nil, toolerr.New(toolerr.ArtifactUnavailable, "no resolver configured for %q artifact refs", ref.Kind)
+	}
+	return e.cfg.resolver.Resolve(ctx, ref)
+}
+
+// maxMemMB is the largest memMB wasm32 can use (65536 pages of 64 KiB).
+const maxMemMB = 4096
+
+type toolLimits struct {
+	memMB int64
+	cpuMs int64
+}
+
+func (e *Executor) effectiveLimits(m *manifest.Manifest) (toolLimits, error) {
+	l := toolLimits{memMB: e.cfg.defaultMemMB, cpuMs: e.cfg.defaultCPUMs}
+	if m.Limits != nil {
+		l = toolLimits{memMB: m.Limits.MemMB, cpuMs: m.Limits.CPUMs}
+	}
+	if l.memMB > maxMemMB {
+		return l, toolerr.New(toolerr.LevelNotSupported, "limits.memMB %d is over the wasm32 maximum of %d", l.memMB, maxMemMB)
+	}
+	return l, nil
+}
+
+func (e *Executor) register(t *Tool) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return toolerr.New(toolerr.Internal, "executor is closed")
+	}
+	e.tools[t] = struct{}{}
+	return nil
+}
+
+func (e *Executor) unregister(t *Tool) {
+	e.mu.Lock()
+	delete(e.tools, t)
+	e.mu.Unlock()
+}

@@ -1,0 +1,312 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/sandboxd/sandboxd/abi"
+	"github.com/sandboxd/sandboxd/limits"
+)
+
+// Caps on guest-declared data held by the host.
+const (
+	maxErrorBytes   = 64 << 10
+	maxLogLine      = 64 << 10
+	maxLogLines     = 1000
+	maxLogBytes     = 1 << 20
+	maxForwardBytes = 1 << 20 // guest stdout/stderr forwarded per invocation
+	stderrTail      = 4 << 10
+)
+
+// invocation is the host-side state of one call, reachable from host
+// functions through the call's context.
+type invocation struct {
+	tool    *Tool
+	input   []byte
+	context []byte
+	acct    *limits.Account
+	secrets map[string]string
+	config  map[string][]byte
+
+	mu        sync.Mutex
+	output    []byte
+	outputSet bool
+	declared  *declaredError
+	lastErr   string
+	logLines  int
+	logBytes  int
+	logDrops  int
+}
+
+// declaredError is what a guest passed to error_set.
+type declaredError struct {
+	Code    string          `json:"code"`
+	Message string          `json:"message"`
+	Details json.RawMessage `json:"details,omitempty"`
+}
+
+type invocationKey struct{}
+
+func invocationFrom(ctx context.Context) *invocation {
+	inv, _ := ctx.Value(invocationKey{}).(*invocation)
+	return inv
+}
+
+// fail records msg as the last error and returns errno.
+func (inv *invocation) fail(errno abi.Errno, format string, args ...any) int32 {
+	inv.mu.Lock()
+	inv.lastErr = fmt.Sprintf(format, args...)
+	inv.mu.Unlock()
+	return int32(errno)
+}
+
+// readGuest copies a guest memory range. ok is false when it is out of bounds.
+func readGuest(mod api.Module, ptr, n uint32) ([]byte, bool) {
+	b, ok := mod.Memory().Read(ptr, n)
+	if !ok {
+		return nil, false
+	}
+	return append([]byte(nil), b...), true
+}
+
+// viewGuest returns a guest memory range without copying; valid only until
+// the guest runs again.
+func viewGuest(mod api.Module, ptr, n uint32) ([]byte, bool) {
+	if mod.Memory() == nil {
+		return nil, false
+	}
+	return mod.Memory().Read(ptr, n)
+}
+
+// copyOut implements the size/copy convention: it copies min(n, len(v))
+// bytes of v to ptr and returns len(v).
+func (inv *invocation) copyOut(mod api.Module, v []byte, ptr, n uint32) int32 {
+	c := min(uint32(len(v)), n)
+	if c > 0 || n > 0 {
+		mem := mod.Memory()
+		if mem == nil {
+			return inv.fail(abi.ErrOutOfBounds, "the module has no memory")
+		}
+		if _, ok := mem.Read(ptr, n); !ok {
+			return inv.fail(abi.ErrOutOfBounds, "buffer [%d, %d) is outside guest memory", ptr, uint64(ptr)+uint64(n))
+		}
+		mem.Write(ptr, v[:c])
+	}
+	return int32(len(v))
+}
+
+func noInvocation(stack []uint64) {
+	stack[0] = api.EncodeI32(int32(abi.ErrNoInvocation))
+}
+
+// hostFunctions builds the sandboxd_v1 host module for one tool's runtime.
+func (t *Tool) instantiateHost(ctx context.Context, r wazero.Runtime) error {
+	i32, i64 := api.ValueTypeI32, api.ValueTypeI64
+	b := r.NewHostModuleBuilder(abi.ModuleName)
+	def := func(name string, fn api.GoModuleFunc) {
+		sig := abi.Functions[name]
+		params := make([]api.ValueType, len(sig.Params))
+		for i, p := range sig.Params {
+			params[i] = map[abi.ValType]api.ValueType{abi.I32: i32, abi.I64: i64}[p]
+		}
+		results := make([]api.ValueType, len(sig.Results))
+		for i, p := range sig.Results {
+			results[i] = map[abi.ValType]api.ValueType{abi.I32: i32, abi.I64: i64}[p]
+		}
+		b.NewFunctionBuilder().WithGoModuleFunction(fn, params, results).Export(name)
+	}
+	readValue := func(get func(inv *invocation) []byte) api.GoModuleFunc {
+		return func(ctx context.Context, mod api.Module, stack []uint64) {
+			inv := invocationFrom(ctx)
+			if inv == nil {
+				noInvocation(stack)
+				return
+			}
+			stack[0] = api.EncodeI32(inv.copyOut(mod, get(inv), api.DecodeU32(stack[0]), api.DecodeU32(stack[1])))
+		}
+	}
+	def(abi.FnInputRead, readValue(func(inv *invocation) []byte { return inv.input }))
+	def(abi.FnContextRead, readValue(func(inv *invocation) []byte { return inv.context }))
+	def(abi.FnOutputSet, func(ctx context.Context, mod api.Module, stack []uint64) {
+		inv := invocationFrom(ctx)
+		if inv == nil {
+			noInvocation(stack)
+			return
+		}
+		ptr, n := api.DecodeU32(stack[0]), api.DecodeU32(stack[1])
+		v, ok := viewGuest(mod, ptr, n)
+		if !ok {
+			stack[0] = api.EncodeI32(inv.fail(abi.ErrOutOfBounds, "output [%d, %d) is outside guest memory", ptr, uint64(ptr)+uint64(n)))
+			return
+		}
+		inv.mu.Lock()
+		old := int64(len(inv.output))
+		inv.mu.Unlock()
+		// The new output replaces the old one: reserve the growth only.
+		if grow := int64(n) - old; grow > 0 && !inv.acct.Reserve(grow) {
+			stack[0] = api.EncodeI32(inv.fail(abi.ErrMemoryBudget, "an output of %d bytes does not fit in memMB %d with the guest's memory", n, inv.tool.limits.memMB))
+			return
+		} else if grow < 0 {
+			inv.acct.Release(-grow)
+		}
+		inv.mu.Lock()
+		inv.output = append(inv.output[:0], v...)
+		inv.outputSet = true
+		inv.mu.Unlock()
+		stack[0] = 0
+	})
+	def(abi.FnErrorSet, func(ctx context.Context, mod api.Module, stack []uint64) {
+		inv := invocationFrom(ctx)
+		if inv == nil {
+			noInvocation(stack)
+			return
+		}
+		ptr, n := api.DecodeU32(stack[0]), api.DecodeU32(stack[1])
+		if n > maxErrorBytes {
+			stack[0] = api.EncodeI32(inv.fail(abi.ErrTooLarge, "error of %d bytes is over the %d-byte cap", n, maxErrorBytes))
+			return
+		}
+		v, ok := readGuest(mod, ptr, n)
+		if !ok {
+			stack[0] = api.EncodeI32(inv.fail(abi.ErrOutOfBounds, "error [%d, %d) is outside guest memory", ptr, uint64(ptr)+uint64(n)))
+			return
+		}
+		inv.mu.Lock()
+		inv.declared = parseDeclaredError(v)
+		inv.mu.Unlock()
+		stack[0] = 0
+	})
+	def(abi.FnLog, func(ctx context.Context, mod api.Module, stack []uint64) {
+		inv := invocationFrom(ctx)
+		level := api.DecodeI32(stack[0])
+		ptr, n := api.DecodeU32(stack[1]), api.DecodeU32(stack[2])
+		msg, ok := viewGuest(mod, ptr, min(n, maxLogLine))
+		if !ok {
+			if inv != nil {
+				inv.fail(abi.ErrOutOfBounds, "log line outside guest memory")
+			}
+			return
+		}
+		if inv != nil {
+			inv.mu.Lock()
+			if inv.logLines >= maxLogLines || inv.logBytes+len(msg) > maxLogBytes {
+				inv.logDrops++
+				inv.mu.Unlock()
+				return
+			}
+			inv.logLines++
+			inv.logBytes += len(msg)
+			inv.mu.Unlock()
+		}
+		level = min(max(level, abi.LogDebug), abi.LogError)
+		t.exec.emitLog(LogRecord{ToolID: t.ID(), Level: level, Msg: sanitizeLine(msg)})
+	})
+	def(abi.FnHTTPRequest, func(ctx context.Context, mod api.Module, stack []uint64) {
+		inv := invocationFrom(ctx)
+		if inv == nil {
+			stack[0] = api.EncodeI64(int64(abi.ErrNoInvocation))
+			return
+		}
+		stack[0] = api.EncodeI64(int64(inv.fail(abi.ErrDenied, "network egress is denied: this sandboxd does not grant the tool network access")))
+	})
+	badHandle := func(ctx context.Context, mod api.Module, stack []uint64) {
+		inv := invocationFrom(ctx)
+		if inv == nil {
+			noInvocation(stack)
+			return
+		}
+		stack[0] = api.EncodeI32(inv.fail(abi.ErrBadHandle, "unknown response handle %d", api.DecodeI32(stack[0])))
+	}
+	def(abi.FnHTTPStatus, badHandle)
+	def(abi.FnHTTPHeaders, badHandle)
+	def(abi.FnHTTPBodyRead, badHandle)
+	def(abi.FnHTTPClose, badHandle)
+	named := func(lookup func(inv *invocation, name string) ([]byte, abi.Errno, string)) api.GoModuleFunc {
+		return func(ctx context.Context, mod api.Module, stack []uint64) {
+			inv := invocationFrom(ctx)
+			if inv == nil {
+				noInvocation(stack)
+				return
+			}
+			nptr, nlen := api.DecodeU32(stack[0]), api.DecodeU32(stack[1])
+			name, ok := viewGuest(mod, nptr, nlen)
+			if !ok {
+				stack[0] = api.EncodeI32(inv.fail(abi.ErrOutOfBounds, "name outside guest memory"))
+				return
+			}
+			v, errno, msg := lookup(inv, string(name))
+			if errno != 0 {
+				stack[0] = api.EncodeI32(inv.fail(errno, "%s", msg))
+				return
+			}
+			stack[0] = api.EncodeI32(inv.copyOut(mod, v, api.DecodeU32(stack[2]), api.DecodeU32(stack[3])))
+		}
+	}
+	def(abi.FnSecretGet, named(func(inv *invocation, name string) ([]byte, abi.Errno, string) {
+		return inv.tool.secret(inv, name)
+	}))
+	def(abi.FnConfigGet, named(func(inv *invocation, name string) ([]byte, abi.Errno, string) {
+		return inv.tool.config(inv, name)
+	}))
+	def(abi.FnLastErrorRead, func(ctx context.Context, mod api.Module, stack []uint64) {
+		inv := invocationFrom(ctx)
+		if inv == nil {
+			stack[0] = 0
+			return
+		}
+		inv.mu.Lock()
+		msg := inv.lastErr
+		inv.mu.Unlock()
+		stack[0] = api.EncodeI32(inv.copyOut(mod, []byte(msg), api.DecodeU32(stack[0]), api.DecodeU32(stack[1])))
+	})
+	_, err := b.Instantiate(ctx)
+	return err
+}
+
+// parseDeclaredError reads error_set's argument: the JSON object form, or
+// plain text used as the message.
+func parseDeclaredError(v []byte) *declaredError {
+	var d declaredError
+	if json.Unmarshal(v, &d) == nil && (d.Code != "" || d.Message != "") {
+		d.Message = sanitizeLine([]byte(d.Message))
+		return &d
+	}
+	return &declaredError{Message: sanitizeLine(v)}
+}
+
+// sanitizeLine makes guest text safe to print: valid UTF-8, no control
+// characters other than tab and newline.
+func sanitizeLine(b []byte) string {
+	s := string(b)
+	if utf8.ValidString(s) && !hasControl(s) {
+		return s
+	}
+	out := make([]rune, 0, len(s))
+	for _, r := range s {
+		switch {
+		case r == utf8.RuneError:
+			out = append(out, '\uFFFD')
+		case r < 0x20 && r != '\t' && r != '\n', r == 0x7f:
+			out = append(out, '\uFFFD')
+		default:
+			out = append(out, r)
+		}
+	}
+	return string(out)
+}
+
+func hasControl(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < 0x20 && c != '\t' && c != '\n') || c == 0x7f {
+			return true
+		}
+	}
+	return false
+}

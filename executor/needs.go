@@ -1,0 +1,132 @@
+package executor
+
+import (
+	"encoding/json"
+	"sort"
+
+	"github.com/sandboxd/sandboxd/abi"
+	"github.com/sandboxd/sandboxd/manifest"
+	"github.com/sandboxd/sandboxd/toolerr"
+)
+
+// needs holds the compiled value schemas of needsSpec.env and .config and the
+// declared secret names.
+type needs struct {
+	env     map[string]*manifest.Schema
+	config  map[string]*manifest.Schema
+	secrets map[string]bool
+}
+
+func compileNeeds(m *manifest.Manifest) (*needs, error) {
+	n := &needs{env: map[string]*manifest.Schema{}, config: map[string]*manifest.Schema{}, secrets: map[string]bool{}}
+	if m.NeedsSpec == nil {
+		return n, nil
+	}
+	for name, raw := range m.NeedsSpec.Env {
+		s, err := manifest.CompileSchema("/needsSpec/env/"+escapePointer(name), raw)
+		if err != nil {
+			return nil, err
+		}
+		n.env[name] = s
+	}
+	for name, raw := range m.NeedsSpec.Config {
+		s, err := manifest.CompileSchema("/needsSpec/config/"+escapePointer(name), raw)
+		if err != nil {
+			return nil, err
+		}
+		n.config[name] = s
+	}
+	for name := range m.NeedsSpec.Secrets {
+		n.secrets[name] = true
+	}
+	return n, nil
+}
+
+func escapePointer(s string) string {
+	out := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '~':
+			out = append(out, '~', '0')
+		case '/':
+			out = append(out, '~', '1')
+		default:
+			out = append(out, s[i])
+		}
+	}
+	return string(out)
+}
+
+// resolveNeeds validates the call's env and config values against the
+// declared schemas, keeping declared names only. A declared env value that is
+// missing or invalid fails the call before any guest starts.
+func (t *Tool) resolveNeeds(cc *CallContext) (env map[string]string, cfg map[string][]byte, err error) {
+	var issues []toolerr.Issue
+	names := make([]string, 0, len(t.needs.env))
+	for name := range t.needs.env {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	env = make(map[string]string, len(names))
+	for _, name := range names {
+		v, ok := cc.Env[name]
+		if !ok {
+			issues = append(issues, toolerr.Issue{InstancePath: "/ctx/env", SchemaPath: "#/needsSpec/env", Keyword: "required",
+				Params: map[string]any{"missingProperty": name}, Message: "must have required property '" + name + "'"})
+			continue
+		}
+		doc, _ := json.Marshal(v)
+		_, iss, _ := t.needs.env[name].Validate(doc, false)
+		for _, is := range iss {
+			is.InstancePath = "/ctx/env/" + escapePointer(name) + is.InstancePath
+			issues = append(issues, is)
+		}
+		env[name] = v
+	}
+	cfg = make(map[string][]byte, len(t.needs.config))
+	for name, s := range t.needs.config {
+		raw, ok := cc.Config[name]
+		if !ok {
+			continue // config_get answers not-found
+		}
+		out, iss, verr := s.Validate(raw, true)
+		if verr != nil {
+			issues = append(issues, toolerr.Issue{InstancePath: "/ctx/config/" + escapePointer(name), Keyword: "type", Params: map[string]any{}, Message: "must be a JSON value"})
+			continue
+		}
+		for _, is := range iss {
+			is.InstancePath = "/ctx/config/" + escapePointer(name) + is.InstancePath
+			issues = append(issues, is)
+		}
+		cfg[name] = out
+	}
+	if len(issues) > 0 {
+		return nil, nil, &toolerr.Error{Code: toolerr.InputValidationFailed, Message: "call context does not satisfy needsSpec: " + issues[0].InstancePath + " " + issues[0].Message, Issues: issues}
+	}
+	return env, cfg, nil
+}
+
+func (t *Tool) secret(inv *invocation, name string) ([]byte, abi.Errno, string) {
+	if t.posture == manifest.PostureStrict {
+		return nil, abi.ErrDenied, "secrets are not readable under the strict posture"
+	}
+	if !t.needs.secrets[name] {
+		return nil, abi.ErrNotFound, "secret " + name + " is not declared in needsSpec.secrets"
+	}
+	v, ok := inv.secrets[name]
+	if !ok {
+		return nil, abi.ErrNotFound, "secret " + name + " has no value"
+	}
+	return []byte(v), 0, ""
+}
+
+func (t *Tool) config(inv *invocation, name string) ([]byte, abi.Errno, string) {
+	if _, ok := t.needs.config[name]; !ok {
+		return nil, abi.ErrNotFound, "config " + name + " is not declared in needsSpec.config"
+	}
+	v, ok := inv.config[name]
+	if !ok {
+		return nil, abi.ErrNotFound, "config " + name + " has no value"
+	}
+	return v, 0, ""
+}

@@ -1,0 +1,594 @@
+package executor
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/sandboxd/sandboxd/abi"
+	"github.com/sandboxd/sandboxd/artifact"
+	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/manifest"
+	"github.com/sandboxd/sandboxd/toolerr"
+)
+
+// Tool is a loaded, compiled tool. It is safe for concurrent use; Close it
+// when done.
+type Tool struct {
+	exec     *Executor
+	m        *manifest.Tool
+	posture  manifest.Posture
+	limits   toolLimits
+	memLimit int64 // bytes
+	needs    *needs
+	digest   string
+	source   string
+
+	runtime  wazero.Runtime
+	compiled wazero.CompiledModule
+	style    Style
+	hasInit  bool
+
+	idle   chan *instance // warm instances (posture none only)
+	closed atomic.Bool
+}
+
+func (e *Executor) newTool(ctx context.Context, mt *manifest.Tool, mod *artifact.Module, lim toolLimits, nd *needs) (_ *Tool, err error) {
+	t := &Tool{
+		exec: e, m: mt, posture: mt.Posture(), limits: lim, memLimit: lim.memMB * limits.MiB,
+		needs: nd, digest: mod.Digest, source: mod.Source,
+	}
+	// Every tool gets its own runtime (its own store and host modules); the
+	// compilation cache — compiled code only — is shared.
+	rc := wazero.NewRuntimeConfig().
+		WithCompilationCache(e.cache).
+		WithCloseOnContextDone(true).
+		WithCoreFeatures(api.CoreFeaturesV2)
+	t.runtime = wazero.NewRuntimeWithConfig(ctx, rc)
+	defer func() {
+		if err != nil {
+			_ = t.runtime.Close(ctx)
+		}
+	}()
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, t.runtime); err != nil {
+		return nil, toolerr.Wrap(toolerr.Internal, err, "instantiate WASI")
+	}
+	if err := t.instantiateHost(ctx, t.runtime); err != nil {
+		return nil, toolerr.Wrap(toolerr.Internal, err, "instantiate "+abi.ModuleName)
+	}
+	t.compiled, err = t.runtime.CompileModule(ctx, mod.Bytes)
+	if err != nil {
+		return nil, toolerr.Wrap(toolerr.HandlerShapeInvalid, err, "module does not compile")
+	}
+	if t.style, t.hasInit, err = checkShape(ctx, t.runtime, t.compiled, mod.Bytes, t.memLimit, lim.memMB); err != nil {
+		return nil, err
+	}
+	if t.posture == manifest.PostureNone && t.style == Reactor && e.cfg.idleInstances > 0 {
+		t.idle = make(chan *instance, e.cfg.idleInstances)
+	}
+	if err := e.register(t); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// ID returns the tool id.
+func (t *Tool) ID() string { return t.m.ID }
+
+// Manifest returns the parsed manifest. Callers must not modify it.
+func (t *Tool) Manifest() *manifest.Manifest { return t.m.Manifest }
+
+// Digest returns the module's "sha256:…" digest.
+func (t *Tool) Digest() string { return t.digest }
+
+// Style returns the handler's entry style.
+func (t *Tool) Style() Style { return t.style }
+
+// Posture returns the effective sandbox posture.
+func (t *Tool) Posture() manifest.Posture { return t.posture }
+
+// Limits returns the effective memMB and cpuMs.
+func (t *Tool) Limits() (memMB, cpuMs int64) { return t.limits.memMB, t.limits.cpuMs }
+
+// Close releases the tool's runtime and warm instances. Calls in flight are
+// stopped.
+func (t *Tool) Close(ctx context.Context) error {
+	if !t.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	t.exec.unregister(t)
+	if t.idle != nil {
+	drain:
+		for {
+			select {
+			case in := <-t.idle:
+				_ = in.mod.Close(ctx)
+			default:
+				break drain
+			}
+		}
+	}
+	return t.runtime.Close(ctx)
+}
+
+// CallContext is the caller's context for one call (pack protocol `ctx`).
+// Only values the manifest declares in needsSpec reach the guest.
+type CallContext struct {
+	TenantID       string
+	RunID          string
+	RequestID      string
+	ProjectID      string
+	OrgID          string
+	IdempotencyKey string
+	Settings       json.RawMessage
+	Env            map[string]string
+	Config         map[string]json.RawMessage
+	Secrets        map[string]string
+}
+
+// Request is one invocation.
+type Request struct {
+	// Input is the tool input, one JSON value.
+	Input []byte
+	// Context is the call context.
+	Context CallContext
+}
+
+// Usage is what one call consumed.
+type Usage struct {
+	CPUMs     float64 `json:"cpuMs"`
+	WallMs    float64 `json:"wallMs"`
+	PeakMemMB float64 `json:"peakMemMB"`
+}
+
+// Result is a call's output and usage.
+type Result struct {
+	// Output is the validated output JSON.
+	Output json.RawMessage
+	Usage  Usage
+}
+
+// Invoke runs one call: it validates the input (filling defaults), runs the
+// guest on an instance chosen by the posture under the tool's limits and the
+// context's deadline (DefaultTimeout when it has none), and validates the
+// output. On failure the error is a *toolerr.Error; the Result is still
+// returned with the usage when the guest ran, and is nil otherwise.
+func (t *Tool) Invoke(ctx context.Context, req Request) (*Result, error) {
+	start := time.Now()
+	res, err := t.invoke(ctx, req)
+	if res != nil {
+		res.Usage.WallMs = round3(float64(time.Since(start)) / float64(time.Millisecond))
+	}
+	if err != nil {
+		return res, toolerr.As(err).WithTool(t.ID())
+	}
+	return res, nil
+}
+
+func (t *Tool) invoke(ctx context.Context, req Request) (*Result, error) {
+	if t.closed.Load() {
+		return nil, toolerr.New(toolerr.Internal, "tool %s is closed", t.ID())
+	}
+	if _, ok := ctx.Deadline(); !ok && t.exec.cfg.defaultTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t.exec.cfg.defaultTimeout)
+		defer cancel()
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, toolerr.As(err)
+	}
+	input, err := t.m.ValidateInput(req.Input)
+	if err != nil {
+		return nil, err
+	}
+	env, cfgValues, err := t.resolveNeeds(&req.Context)
+	if err != nil {
+		return nil, err
+	}
+	inv := &invocation{tool: t, input: input, context: contextJSON(&req.Context, env), config: cfgValues, secrets: t.declaredSecrets(req.Context.Secrets)}
+	var out *runOutcome
+	if t.style == Command {
+		out = t.runCommand(ctx, inv, env)
+	} else {
+		out = t.runReactor(ctx, inv, env)
+	}
+	res := &Result{Usage: Usage{CPUMs: round3(float64(out.cpu) / float64(time.Millisecond)), PeakMemMB: round2(float64(out.peak) / limits.MiB)}}
+	if out.err != nil {
+		return res, out.err
+	}
+	output, err := t.m.ValidateOutput(out.output)
+	if err != nil {
+		return res, err
+	}
+	res.Output = output
+	return res, nil
+}
+
+func (t *Tool) declaredSecrets(given map[string]string) map[string]string {
+	out := make(map[string]string, len(t.needs.secrets))
+	for name := range t.needs.secrets {
+		if v, ok := given[name]; ok {
+			out[name] = v
+		}
+	}
+	return out
+}
+
+func contextJSON(cc *CallContext, env map[string]string) []byte {
+	type ctxDoc struct {
+		TenantID       string            `json:"tenantId"`
+		RunID          string            `json:"runId"`
+		RequestID      string            `json:"requestId,omitempty"`
+		ProjectID      string            `json:"projectId,omitempty"`
+		OrgID          string            `json:"orgId,omitempty"`
+		IdempotencyKey string            `json:"idempotencyKey,omitempty"`
+		Settings       json.RawMessage   `json:"settings,omitempty"`
+		Env            map[string]string `json:"env"`
+	}
+	b, _ := json.Marshal(ctxDoc{cc.TenantID, cc.RunID, cc.RequestID, cc.ProjectID, cc.OrgID, cc.IdempotencyKey, validRaw(cc.Settings), env})
+	return b
+}
+
+func validRaw(r json.RawMessage) json.RawMessage {
+	if len(r) == 0 || !json.Valid(r) {
+		return nil
+	}
+	return r
+}
+
+func round2(f float64) float64 { return math.Round(f*100) / 100 }
+func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
+
+// runOutcome is what running a guest produced.
+type runOutcome struct {
+	output []byte
+	cpu    time.Duration
+	peak   int64
+	err    error
+}
+
+// errCPUExceeded is the cancellation cause the CPU watchdog uses.
+var errCPUExceeded = errors.New("cpu budget exceeded")
+
+// errOutputCap is the cancellation cause when a command's stdout passes memMB.
+var errOutputCap = errors.New("output over memory budget")
+
+// guard runs fn on a locked OS thread under the CPU watchdog and a context
+// that is cancelled (with a cause) when the budget is spent. fn gets the
+// guarded context and its cancel function.
+func (t *Tool) guard(ctx context.Context, fn func(ctx context.Context, cancel context.CancelCauseFunc) error) (cpu time.Duration, err error, cause error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	gctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	budget := time.Duration(t.limits.cpuMs) * time.Millisecond
+	wd := limits.StartWatchdog(limits.CurrentThread(), budget, func(time.Duration) { cancel(errCPUExceeded) })
+	err = fn(gctx, cancel)
+	cpu, _ = wd.Stop()
+	return cpu, err, context.Cause(gctx)
+}
+
+// instance is one instantiated reactor.
+type instance struct {
+	mod    api.Module
+	handle api.Function
+	acct   *limits.Account
+	sleep  *sleeper
+}
+
+// sleeper makes WASI sleeps interruptible by the current call's context.
+type sleeper struct{ ctx atomic.Pointer[context.Context] }
+
+func (s *sleeper) sleep(ns int64) {
+	var done <-chan struct{}
+	if c := s.ctx.Load(); c != nil {
+		done = (*c).Done()
+	}
+	tm := time.NewTimer(time.Duration(ns))
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+	case <-done:
+	}
+}
+
+func (t *Tool) moduleConfig(env map[string]string, sl *sleeper) wazero.ModuleConfig {
+	mc := wazero.NewModuleConfig().
+		WithName("").
+		WithArgs(t.ID()).
+		WithSysWalltime().
+		WithSysNanotime().
+		WithNanosleep(sl.sleep).
+		WithRandSource(rand.Reader).
+		WithStartFunctions()
+	for k, v := range env {
+		mc = mc.WithEnv(k, v)
+	}
+	return mc
+}
+
+// newInstance instantiates the reactor and runs _initialize under the tool's
+// CPU budget (not charged to any call).
+func (t *Tool) newInstance(ctx context.Context, env map[string]string, stdout, stderr io.Writer) (*instance, error) {
+	acct := limits.NewAccount(t.memLimit)
+	sl := &sleeper{}
+	mc := t.moduleConfig(env, sl).WithStdout(stdout).WithStderr(stderr)
+	var mod api.Module
+	_, err, cause := t.guard(ctx, func(gctx context.Context, _ context.CancelCauseFunc) error {
+		sl.ctx.Store(&gctx)
+		var err error
+		mod, err = t.runtime.InstantiateModule(experimental.WithMemoryAllocator(gctx, acct.Allocator()), t.compiled, mc)
+		if err != nil || !t.hasInit {
+			return err
+		}
+		_, err = mod.ExportedFunction(abi.ExportInitialize).Call(gctx)
+		return err
+	})
+	if err != nil {
+		if mod != nil {
+			_ = mod.Close(ctx)
+		}
+		return nil, t.classify(ctx, nil, err, cause, acct, 0, "", "_initialize")
+	}
+	return &instance{mod: mod, handle: mod.ExportedFunction(abi.ExportHandle), acct: acct, sleep: sl}, nil
+}
+
+func (t *Tool) runReactor(ctx context.Context, inv *invocation, env map[string]string) *runOutcome {
+	stdout := newLineForwarder(t.exec.cfg.guestStdout, t.ID(), "stdout")
+	stderr := newLineForwarder(t.exec.cfg.guestStderr, t.ID(), "stderr")
+	var in *instance
+	if t.idle != nil {
+		select {
+		case in = <-t.idle:
+		default:
+		}
+	}
+	if in == nil {
+		var err error
+		if in, err = t.newInstance(ctx, env, stdout, stderr); err != nil {
+			return &runOutcome{err: err}
+		}
+	}
+	in.acct.Reset()
+	inv.acct = in.acct
+	if !in.acct.Reserve(int64(len(inv.input))) {
+		_ = in.mod.Close(ctx)
+		return &runOutcome{err: toolerr.Limits(&toolerr.LimitsError{Limit: toolerr.LimitMemMB, Declared: t.limits.memMB, Observed: ceilMB(in.acct.Refused())},
+			fmt.Sprintf("the input (%d bytes) does not fit in memMB %d beside the guest's memory", len(inv.input), t.limits.memMB))}
+	}
+	var rc uint32
+	cpu, err, cause := t.guard(ctx, func(gctx context.Context, _ context.CancelCauseFunc) error {
+		in.sleep.ctx.Store(&gctx)
+		res, err := in.handle.Call(context.WithValue(gctx, invocationKey{}, inv))
+		if err == nil {
+			rc = api.DecodeU32(res[0])
+		}
+		return err
+	})
+	stdout.Flush()
+	stderr.Flush()
+	out := &runOutcome{cpu: cpu, peak: in.acct.Peak()}
+	reusable := false
+	switch {
+	case err != nil:
+		out.err = t.classify(ctx, inv, err, cause, in.acct, cpu, stderr.Tail(), "handle")
+	case rc != 0:
+		out.err = t.handlerFailure(inv, in.acct, int32(rc))
+		reusable = in.acct.Refused() == 0
+	default:
+		inv.mu.Lock()
+		out.output = inv.output
+		if !inv.outputSet {
+			out.output = []byte("null")
+		}
+		inv.mu.Unlock()
+		reusable = true
+	}
+	if reusable && t.idle != nil && !t.closed.Load() {
+		select {
+		case t.idle <- in:
+			return out
+		default:
+		}
+	}
+	_ = in.mod.Close(context.Background())
+	return out
+}
+
+// handlerFailure maps a non-zero return from handle.
+func (t *Tool) handlerFailure(inv *invocation, acct *limits.Account, rc int32) error {
+	if r := acct.Refused(); r > 0 {
+		return t.memExceeded(r, fmt.Sprintf("handler failed (returned %d) after its memory use reached the memMB cap", rc))
+	}
+	if err := inv.declaredFailure(fmt.Sprintf("handler returned %d", rc)); err != nil {
+		err.Details["returned"] = rc
+		return err
+	}
+	return &toolerr.Error{Code: toolerr.HandlerError, Message: fmt.Sprintf("handler returned %d", rc), Details: map[string]any{"returned": rc}}
+}
+
+// declaredFailure returns the handler-error the guest declared with
+// error_set, or nil if it declared none.
+func (inv *invocation) declaredFailure(fallback string) *toolerr.Error {
+	inv.mu.Lock()
+	d := inv.declared
+	inv.mu.Unlock()
+	if d == nil {
+		return nil
+	}
+	e := &toolerr.Error{Code: toolerr.HandlerError, Message: d.Message, Details: map[string]any{}}
+	if e.Message == "" {
+		e.Message = fallback
+	}
+	if d.Code != "" {
+		e.Details["handlerCode"] = d.Code
+	}
+	if len(d.Details) > 0 && json.Valid(d.Details) {
+		e.Details["handlerDetails"] = json.RawMessage(d.Details)
+	}
+	return e
+}
+
+func (t *Tool) memExceeded(refused int64, msg string) error {
+	return toolerr.Limits(&toolerr.LimitsError{Limit: toolerr.LimitMemMB, Declared: t.limits.memMB, Observed: ceilMB(refused)}, msg)
+}
+
+func (t *Tool) runCommand(ctx context.Context, inv *invocation, env map[string]string) *runOutcome {
+	acct := limits.NewAccount(t.memLimit)
+	inv.acct = acct
+	if !acct.Reserve(int64(len(inv.input))) {
+		return &runOutcome{err: t.memExceeded(acct.Refused(), fmt.Sprintf("the input (%d bytes) does not fit in memMB %d", len(inv.input), t.limits.memMB))}
+	}
+	stdout := &cappedBuffer{acct: acct}
+	stderr := newLineForwarder(t.exec.cfg.guestStderr, t.ID(), "stderr")
+	sl := &sleeper{}
+	mc := t.moduleConfig(env, sl).
+		WithStdin(bytes.NewReader(inv.input)).
+		WithStdout(stdout).
+		WithStderr(stderr).
+		WithStartFunctions(abi.ExportStart)
+	cpu, err, cause := t.guard(ctx, func(gctx context.Context, cancel context.CancelCauseFunc) error {
+		sl.ctx.Store(&gctx)
+		stdout.onOverflow = func() { cancel(errOutputCap) }
+		mod, err := t.runtime.InstantiateModule(
+			experimental.WithMemoryAllocator(context.WithValue(gctx, invocationKey{}, inv), acct.Allocator()), t.compiled, mc)
+		if mod != nil {
+			_ = mod.Close(gctx)
+		}
+		return err
+	})
+	stderr.Flush()
+	out := &runOutcome{cpu: cpu, peak: acct.Peak()}
+	if err != nil {
+		out.err = t.classify(ctx, inv, err, cause, acct, cpu, stderr.Tail(), "_start")
+		return out
+	}
+	out.output = stdout.buf.Bytes()
+	return out
+}
+
+// classify maps an error from running guest code to a native error.
+func (t *Tool) classify(ctx context.Context, inv *invocation, err, cause error, acct *limits.Account, cpu time.Duration, stderrTail, entry string) error {
+	if errors.Is(cause, errCPUExceeded) {
+		return toolerr.Limits(&toolerr.LimitsError{Limit: toolerr.LimitCPUMs, Declared: t.limits.cpuMs, Observed: cpu.Milliseconds()},
+			fmt.Sprintf("the guest used %d ms of CPU time, over its cpuMs limit of %d", cpu.Milliseconds(), t.limits.cpuMs))
+	}
+	if r := acct.Refused(); r > 0 {
+		what := "memory growth past the memMB cap was refused and the guest then failed"
+		if errors.Is(cause, errOutputCap) {
+			what = "the guest's output passed the memMB cap"
+		}
+		return t.memExceeded(r, fmt.Sprintf("%s (memMB %d, the guest needed at least %d bytes)", what, t.limits.memMB, r))
+	}
+	switch ctxErr := ctx.Err(); {
+	case errors.Is(ctxErr, context.DeadlineExceeded):
+		return toolerr.Wrap(toolerr.DeadlineExceeded, context.DeadlineExceeded, "the wall deadline passed before the handler finished")
+	case errors.Is(ctxErr, context.Canceled):
+		return toolerr.Wrap(toolerr.Cancelled, context.Canceled, "the call was cancelled")
+	}
+	var exit *sys.ExitError
+	if errors.As(err, &exit) {
+		code := exit.ExitCode()
+		tail := strings.TrimSpace(stderrTail)
+		if isGoCrash(code, tail) {
+			return &toolerr.Error{Code: toolerr.HandlerTrap, Message: "the guest crashed: " + lastLines(tail, 20), Details: map[string]any{"exitCode": code}, Err: err}
+		}
+		if inv != nil && code != 0 {
+			if err := inv.declaredFailure(fmt.Sprintf("the handler exited with code %d", code)); err != nil {
+				err.Details["exitCode"] = code
+				return err
+			}
+		}
+		msg := tail
+		if msg == "" {
+			msg = fmt.Sprintf("the handler exited with code %d", code)
+		}
+		if t.style == Reactor {
+			msg = fmt.Sprintf("the handler exited with code %d during %s: %s", code, entry, msg)
+		}
+		return &toolerr.Error{Code: toolerr.HandlerError, Message: msg, Details: map[string]any{"exitCode": code}, Err: err}
+	}
+	if trap, stack, ok := parseTrap(err); ok {
+		d := map[string]any{"trap": trap}
+		if len(stack) > 0 {
+			d["stack"] = stack
+		}
+		msg := "trap: " + trap
+		if len(stack) > 0 {
+			msg += " (at " + stack[0] + ")"
+		}
+		// The Go runtime reports a panic on stderr and then traps.
+		if tail := strings.TrimSpace(stderrTail); isGoCrash(2, tail) {
+			msg = "the guest crashed: " + lastLines(tail, 20) + "\n" + msg
+		}
+		return &toolerr.Error{Code: toolerr.HandlerTrap, Message: msg, Details: d, Err: err}
+	}
+	if entry != "handle" && entry != "_start" {
+		return toolerr.Wrap(toolerr.HandlerTrap, err, "instantiating the handler failed")
+	}
+	return toolerr.Wrap(toolerr.Internal, err, "running the handler failed")
+}
+
+// isGoCrash recognises the Go runtime's fatal exit (code 2 after "panic:" or
+// "fatal error:" on stderr): a trap in Go's terms, not a handler decision.
+func isGoCrash(code uint32, tail string) bool {
+	if code != 2 {
+		return false
+	}
+	for _, line := range strings.Split(tail, "\n") {
+		if strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "fatal error: ") || strings.HasPrefix(line, "runtime: ") {
+			return true
+		}
+	}
+	return false
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// parseTrap extracts the trap name and Wasm stack from a wazero error.
+func parseTrap(err error) (trap string, stack []string, ok bool) {
+	s := err.Error()
+	// wazero reports a stack overflow bare, without "wasm error:" or a stack.
+	if s == "stack overflow" || strings.HasSuffix(s, ": stack overflow") {
+		return "stack overflow", nil, true
+	}
+	i := strings.Index(s, "wasm error: ")
+	if i < 0 {
+		return "", nil, false
+	}
+	rest := s[i+len("wasm error: "):]
+	lines := strings.Split(rest, "\n")
+	trap = strings.TrimSpace(lines[0])
+	inStack := false
+	for _, l := range lines[1:] {
+		l = strings.TrimSpace(l)
+		switch {
+		case strings.HasPrefix(l, "wasm stack trace:"):
+			inStack = true
+		case inStack && l != "" && len(stack) < 32:
+			stack = append(stack, l)
+		}
+	}
+	return trap, stack, true
+}

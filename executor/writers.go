@@ -1,0 +1,140 @@
+package executor
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/sandboxd/sandboxd/abi"
+	"github.com/sandboxd/sandboxd/limits"
+)
+
+// lineForwarder passes a guest stream to a sink line by line (prefixed with
+// the tool id and stream) and keeps the stream's tail for error messages. It
+// forwards at most maxForwardBytes per call; the rest is counted, not written.
+// Partial lines are held until a newline or Flush.
+type lineForwarder struct {
+	mu        sync.Mutex
+	sink      io.Writer
+	prefix    string
+	pending   []byte
+	tail      []byte
+	forwarded int
+	dropped   int
+}
+
+// sinkMu serialises whole lines from concurrent guests onto shared sinks.
+var sinkMu sync.Mutex
+
+func newLineForwarder(sink io.Writer, toolID, stream string) *lineForwarder {
+	return &lineForwarder{sink: sink, prefix: fmt.Sprintf("[%s %s] ", toolID, stream)}
+}
+
+// Write implements io.Writer. It never fails, so a guest cannot tell whether
+// anyone reads its output.
+func (f *lineForwarder) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tail = append(f.tail, p...)
+	if len(f.tail) > 2*stderrTail {
+		f.tail = append(f.tail[:0], f.tail[len(f.tail)-stderrTail:]...)
+	}
+	f.pending = append(f.pending, p...)
+	for {
+		i := bytes.IndexByte(f.pending, '\n')
+		if i < 0 {
+			break
+		}
+		f.emit(f.pending[:i])
+		f.pending = f.pending[i+1:]
+	}
+	if len(f.pending) > maxLogLine {
+		f.emit(f.pending)
+		f.pending = f.pending[:0]
+	}
+	return len(p), nil
+}
+
+func (f *lineForwarder) emit(line []byte) {
+	if f.sink == nil {
+		return
+	}
+	if f.forwarded+len(line) > maxForwardBytes {
+		f.dropped += len(line)
+		return
+	}
+	f.forwarded += len(line)
+	sinkMu.Lock()
+	_, _ = io.WriteString(f.sink, f.prefix+sanitizeLine(line)+"\n")
+	sinkMu.Unlock()
+}
+
+// Flush forwards a pending partial line and reports dropped bytes.
+func (f *lineForwarder) Flush() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.pending) > 0 {
+		f.emit(f.pending)
+		f.pending = f.pending[:0]
+	}
+	if f.dropped > 0 && f.sink != nil {
+		sinkMu.Lock()
+		_, _ = fmt.Fprintf(f.sink, "%s(%d bytes dropped over the %d-byte forwarding cap)\n", f.prefix, f.dropped, maxForwardBytes)
+		sinkMu.Unlock()
+		f.dropped = 0
+	}
+}
+
+// Tail returns the last few KiB written.
+func (f *lineForwarder) Tail() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.tail
+	if len(t) > stderrTail {
+		t = t[len(t)-stderrTail:]
+	}
+	return sanitizeLine(t)
+}
+
+// cappedBuffer holds a command's stdout, charging every byte to the memory
+// account. Past the cap it refuses the write and calls onOverflow once.
+type cappedBuffer struct {
+	mu         sync.Mutex
+	acct       *limits.Account
+	buf        bytes.Buffer
+	onOverflow func()
+	over       bool
+}
+
+func (c *cappedBuffer) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.over {
+		return 0, abi.ErrMemoryBudget
+	}
+	if !c.acct.Reserve(int64(len(p))) {
+		c.over = true
+		if c.onOverflow != nil {
+			c.onOverflow()
+		}
+		return 0, abi.ErrMemoryBudget
+	}
+	c.buf.Write(p)
+	return len(p), nil
+}
+
+// emitLog delivers a guest log line to the configured sink.
+func (e *Executor) emitLog(r LogRecord) {
+	if e.cfg.logSink != nil {
+		e.cfg.logSink(r)
+		return
+	}
+	if e.cfg.guestStderr == nil {
+		return
+	}
+	level := [...]string{"debug", "info", "warn", "error"}[r.Level]
+	sinkMu.Lock()
+	_, _ = fmt.Fprintf(e.cfg.guestStderr, "[%s log] %s: %s\n", r.ToolID, level, r.Msg)
+	sinkMu.Unlock()
+}

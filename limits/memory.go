@@ -1,0 +1,162 @@
+package limits
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/tetratelabs/wazero/experimental"
+)
+
+// PageSize is the Wasm page size.
+const PageSize = 65536
+
+// MiB is a mebibyte, the unit of memMB.
+const MiB = 1 << 20
+
+// Account is the memMB budget of one guest instance: its linear memory plus
+// the host-side buffers held for the invocation it is serving. Linear memory
+// is charged through the MemoryAllocator the Account provides; host buffers
+// through Reserve. Any refusal is remembered so the caller can report
+// limits-exceeded instead of whatever the guest does next. Methods are safe
+// for concurrent use.
+type Account struct {
+	limit   int64
+	linear  atomic.Int64
+	host    atomic.Int64
+	peak    atomic.Int64
+	refused atomic.Int64 // largest total that was refused; 0 if none
+}
+
+// NewAccount returns an account capped at limit bytes.
+func NewAccount(limit int64) *Account { return &Account{limit: limit} }
+
+// Limit returns the cap in bytes.
+func (a *Account) Limit() int64 { return a.limit }
+
+// Reserve charges n bytes of host buffer. It returns false, and records the
+// refusal, if that would pass the cap.
+func (a *Account) Reserve(n int64) bool {
+	if n < 0 {
+		return false
+	}
+	for {
+		h := a.host.Load()
+		total := a.linear.Load() + h + n
+		if total > a.limit {
+			a.recordRefusal(total)
+			return false
+		}
+		if a.host.CompareAndSwap(h, h+n) {
+			a.notePeak(total)
+			return true
+		}
+	}
+}
+
+// Release returns n bytes of host buffer to the account.
+func (a *Account) Release(n int64) { a.host.Add(-n) }
+
+// growLinear moves the linear memory charge to size bytes.
+func (a *Account) growLinear(size int64) bool {
+	total := size + a.host.Load()
+	if total > a.limit {
+		a.recordRefusal(total)
+		return false
+	}
+	a.linear.Store(size)
+	a.notePeak(total)
+	return true
+}
+
+func (a *Account) notePeak(total int64) {
+	for {
+		p := a.peak.Load()
+		if total <= p || a.peak.CompareAndSwap(p, total) {
+			return
+		}
+	}
+}
+
+func (a *Account) recordRefusal(total int64) {
+	for {
+		r := a.refused.Load()
+		if total <= r || a.refused.CompareAndSwap(r, total) {
+			return
+		}
+	}
+}
+
+// Reset starts a new invocation on the same instance: host buffers are
+// dropped, the peak restarts from the current linear memory and refusals are
+// forgotten.
+func (a *Account) Reset() {
+	a.host.Store(0)
+	a.peak.Store(a.linear.Load())
+	a.refused.Store(0)
+}
+
+// Peak returns the highest linear+host total seen since the last Reset.
+func (a *Account) Peak() int64 { return a.peak.Load() }
+
+// Refused returns the largest total a refused request would have reached, or
+// 0 when nothing was refused since the last Reset.
+func (a *Account) Refused() int64 { return a.refused.Load() }
+
+// Linear returns the current size of the guest's linear memory in bytes.
+func (a *Account) Linear() int64 { return a.linear.Load() }
+
+// Allocator returns the wazero memory allocator that charges this account.
+// Pass it with experimental.WithMemoryAllocator when instantiating the module
+// the account belongs to; it must back exactly one module instance.
+func (a *Account) Allocator() experimental.MemoryAllocator {
+	return experimental.MemoryAllocatorFunc(func(capacity, max uint64) experimental.LinearMemory {
+		return newLinearMemory(a, max)
+	})
+}
+
+// linearMemory backs one Wasm memory. It reserves address space for the
+// smaller of the module's maximum and the account's cap once, so growth never
+// copies; pages become resident only when the guest touches them.
+type linearMemory struct {
+	acct *Account
+	mu   sync.Mutex
+	buf  []byte // len = current size, cap = reservation
+	free func()
+}
+
+func newLinearMemory(a *Account, max uint64) *linearMemory {
+	reserve := uint64(a.limit)
+	if max < reserve {
+		reserve = max
+	}
+	reserve = (reserve + PageSize - 1) / PageSize * PageSize
+	buf, free := reserveMemory(reserve)
+	return &linearMemory{acct: a, buf: buf[:0], free: free}
+}
+
+// Reallocate implements experimental.LinearMemory. It returns nil, which makes
+// memory.grow return -1 in the guest, when size passes the account's cap.
+func (m *linearMemory) Reallocate(size uint64) []byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if size > uint64(cap(m.buf)) || !m.acct.growLinear(int64(size)) {
+		if size > uint64(cap(m.buf)) {
+			m.acct.recordRefusal(int64(size) + m.acct.host.Load())
+		}
+		return nil
+	}
+	m.buf = m.buf[:size]
+	return m.buf
+}
+
+// Free implements experimental.LinearMemory.
+func (m *linearMemory) Free() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.free != nil {
+		m.free()
+		m.free = nil
+		m.buf = nil
+		m.acct.linear.Store(0)
+	}
+}

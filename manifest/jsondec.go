@@ -1,0 +1,509 @@
+package manifest
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// Limits of the JSON decoder. They bound the work a hostile document can
+// cause: JSON nesting (encoding/json's own limit), and the size of a number
+// literal, because JSON Schema numbers are compared as exact rationals
+// (math/big) and "1e999999999" would otherwise cost minutes of CPU.
+const (
+	maxDepth       = 10000
+	maxNumberLen   = 1000
+	maxNumberExp10 = 10000
+)
+
+// decodeOpts selects what the decoder does beyond building the value.
+type decodeOpts struct {
+	// rejectDuplicates makes a repeated object key an error. Without it the
+	// last value wins (JSON.parse's rule) and decoded.dup is set.
+	rejectDuplicates bool
+	// spanDepth > 0 records the byte range of every object member value
+	// nested at most spanDepth objects deep, keyed by JSON Pointer.
+	spanDepth int
+}
+
+// decoded is a JSON document decoded into Go values: map[string]any, []any,
+// string, json.Number, bool and nil (what jsonschema validates).
+type decoded struct {
+	v any
+	// dup: an object key repeated (last value kept).
+	dup bool
+	// lossy: an invalid UTF-8 sequence or lone surrogate escape was replaced
+	// by U+FFFD, so the value differs from what the bytes literally say.
+	lossy bool
+	// spans of object member values (decodeOpts.spanDepth).
+	spans map[string]span
+}
+
+// needsReencode reports whether a consumer reading the original bytes could
+// see something else than the decoded value.
+func (d *decoded) needsReencode() bool { return d.dup || d.lossy }
+
+type span struct{ start, end int }
+
+// syntaxError describes a document that is not exactly one JSON value.
+type syntaxError struct {
+	msg    string
+	offset int
+	path   string // JSON pointer of the value being read, "" at the root
+	dupKey bool   // a repeated object key (decodeOpts.rejectDuplicates)
+}
+
+func (e *syntaxError) Error() string {
+	if e.dupKey {
+		return fmt.Sprintf("%s at %s (offset %d)", e.msg, e.path, e.offset)
+	}
+	if e.path != "" {
+		return fmt.Sprintf("%s at offset %d (in %s)", e.msg, e.offset, e.path)
+	}
+	return fmt.Sprintf("%s at offset %d", e.msg, e.offset)
+}
+
+// frame is one level of the path being decoded, kept cheap (no strconv)
+// until an error needs it.
+type frame struct {
+	key   string
+	index int
+	arr   bool
+}
+
+type decoder struct {
+	data  []byte
+	pos   int
+	opts  decodeOpts
+	out   decoded
+	stack []frame
+}
+
+// decodeJSON decodes data, which must hold exactly one JSON value (RFC 8259)
+// with optional surrounding whitespace. Numbers stay json.Number.
+func decodeJSON(data []byte, opts decodeOpts) (*decoded, error) {
+	d := &decoder{data: data, opts: opts}
+	d.skipWS()
+	v, err := d.value()
+	if err != nil {
+		return nil, err
+	}
+	d.skipWS()
+	if d.pos < len(d.data) {
+		return nil, d.errorf("invalid character %s after top-level value", quoteChar(d.data[d.pos]))
+	}
+	d.out.v = v
+	return &d.out, nil
+}
+
+func (d *decoder) path() string {
+	var sb strings.Builder
+	for _, f := range d.stack {
+		sb.WriteByte('/')
+		if f.arr {
+			sb.WriteString(strconv.Itoa(f.index))
+		} else {
+			sb.WriteString(escapePointerToken(f.key))
+		}
+	}
+	return sb.String()
+}
+
+func (d *decoder) errorf(format string, args ...any) error {
+	return &syntaxError{msg: fmt.Sprintf(format, args...), offset: d.pos, path: d.path()}
+}
+
+func quoteChar(c byte) string {
+	if c == '\'' {
+		return `'\''`
+	}
+	if c == '"' {
+		return `'"'`
+	}
+	s := strconv.Quote(string(rune(c)))
+	if c >= utf8.RuneSelf {
+		s = fmt.Sprintf(`"\x%02x"`, c)
+	}
+	return "'" + s[1:len(s)-1] + "'"
+}
+
+func (d *decoder) skipWS() {
+	for d.pos < len(d.data) {
+		switch d.data[d.pos] {
+		case ' ', '\t', '\n', '\r':
+			d.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (d *decoder) value() (any, error) {
+	if d.pos >= len(d.data) {
+		return nil, d.errorf("unexpected end of JSON input")
+	}
+	switch c := d.data[d.pos]; {
+	case c == '{':
+		return d.object()
+	case c == '[':
+		return d.array()
+	case c == '"':
+		return d.string()
+	case c == '-' || (c >= '0' && c <= '9'):
+		return d.number()
+	case c == 't':
+		return true, d.literal("true")
+	case c == 'f':
+		return false, d.literal("false")
+	case c == 'n':
+		return nil, d.literal("null")
+	default:
+		return nil, d.errorf("invalid character %s looking for beginning of value", quoteChar(c))
+	}
+}
+
+func (d *decoder) literal(lit string) error {
+	if len(d.data)-d.pos < len(lit) || string(d.data[d.pos:d.pos+len(lit)]) != lit {
+		for i := 0; i < len(lit); i++ {
+			if d.pos+i >= len(d.data) {
+				d.pos += i
+				return d.errorf("unexpected end of JSON input")
+			}
+			if d.data[d.pos+i] != lit[i] {
+				d.pos += i
+				return d.errorf("invalid character %s in literal %s", quoteChar(d.data[d.pos]), lit)
+			}
+		}
+	}
+	d.pos += len(lit)
+	return nil
+}
+
+func (d *decoder) push(f frame) error {
+	if len(d.stack) >= maxDepth {
+		return d.errorf("exceeded max nesting depth of %d", maxDepth)
+	}
+	d.stack = append(d.stack, f)
+	return nil
+}
+
+func (d *decoder) object() (any, error) {
+	d.pos++ // '{'
+	m := map[string]any{}
+	record := d.opts.spanDepth > 0 && len(d.stack) < d.opts.spanDepth
+	if err := d.push(frame{}); err != nil {
+		return nil, err
+	}
+	d.skipWS()
+	if d.pos < len(d.data) && d.data[d.pos] == '}' {
+		d.pos++
+		d.stack = d.stack[:len(d.stack)-1]
+		return m, nil
+	}
+	for {
+		if d.pos >= len(d.data) {
+			return nil, d.errorf("unexpected end of JSON input")
+		}
+		if d.data[d.pos] != '"' {
+			return nil, d.errorf("invalid character %s looking for beginning of object key string", quoteChar(d.data[d.pos]))
+		}
+		keyStart := d.pos
+		k, err := d.string()
+		if err != nil {
+			return nil, err
+		}
+		key := k.(string)
+		d.stack[len(d.stack)-1].key = key
+		if _, seen := m[key]; seen {
+			if d.opts.rejectDuplicates {
+				d.pos = keyStart
+				return nil, &syntaxError{msg: fmt.Sprintf("duplicate key %q", key), offset: keyStart, path: d.path(), dupKey: true}
+			}
+			d.out.dup = true
+		}
+		d.skipWS()
+		if d.pos >= len(d.data) {
+			return nil, d.errorf("unexpected end of JSON input")
+		}
+		if d.data[d.pos] != ':' {
+			return nil, d.errorf("invalid character %s after object key", quoteChar(d.data[d.pos]))
+		}
+		d.pos++
+		d.skipWS()
+		start := d.pos
+		v, err := d.value()
+		if err != nil {
+			return nil, err
+		}
+		if record {
+			if d.out.spans == nil {
+				d.out.spans = map[string]span{}
+			}
+			d.out.spans[d.path()] = span{start, d.pos}
+		}
+		m[key] = v
+		d.skipWS()
+		if d.pos >= len(d.data) {
+			return nil, d.errorf("unexpected end of JSON input")
+		}
+		switch d.data[d.pos] {
+		case ',':
+			d.pos++
+			d.skipWS()
+		case '}':
+			d.pos++
+			d.stack = d.stack[:len(d.stack)-1]
+			return m, nil
+		default:
+			return nil, d.errorf("invalid character %s after object key:value pair", quoteChar(d.data[d.pos]))
+		}
+	}
+}
+
+func (d *decoder) array() (any, error) {
+	d.pos++ // '['
+	a := []any{}
+	if err := d.push(frame{arr: true}); err != nil {
+		return nil, err
+	}
+	d.skipWS()
+	if d.pos < len(d.data) && d.data[d.pos] == ']' {
+		d.pos++
+		d.stack = d.stack[:len(d.stack)-1]
+		return a, nil
+	}
+	for {
+		d.stack[len(d.stack)-1].index = len(a)
+		v, err := d.value()
+		if err != nil {
+			return nil, err
+		}
+		a = append(a, v)
+		d.skipWS()
+		if d.pos >= len(d.data) {
+			return nil, d.errorf("unexpected end of JSON input")
+		}
+		switch d.data[d.pos] {
+		case ',':
+			d.pos++
+			d.skipWS()
+		case ']':
+			d.pos++
+			d.stack = d.stack[:len(d.stack)-1]
+			return a, nil
+		default:
+			return nil, d.errorf("invalid character %s after array element", quoteChar(d.data[d.pos]))
+		}
+	}
+}
+
+func (d *decoder) number() (any, error) {
+	start := d.pos
+	data := d.data
+	i := d.pos
+	if data[i] == '-' {
+		i++
+	}
+	digits := func() int {
+		n := 0
+		for i < len(data) && data[i] >= '0' && data[i] <= '9' {
+			i++
+			n++
+		}
+		return n
+	}
+	switch {
+	case i < len(data) && data[i] == '0':
+		i++
+	case i < len(data) && data[i] >= '1' && data[i] <= '9':
+		digits()
+	default:
+		d.pos = i
+		if i >= len(data) {
+			return nil, d.errorf("unexpected end of JSON input")
+		}
+		return nil, d.errorf("invalid character %s in numeric literal", quoteChar(data[i]))
+	}
+	if i < len(data) && data[i] == '.' {
+		i++
+		if digits() == 0 {
+			d.pos = i
+			if i >= len(data) {
+				return nil, d.errorf("unexpected end of JSON input")
+			}
+			return nil, d.errorf("invalid character %s after decimal point in numeric literal", quoteChar(data[i]))
+		}
+	}
+	if i < len(data) && (data[i] == 'e' || data[i] == 'E') {
+		i++
+		if i < len(data) && (data[i] == '+' || data[i] == '-') {
+			i++
+		}
+		expStart := i
+		if digits() == 0 {
+			d.pos = i
+			if i >= len(data) {
+				return nil, d.errorf("unexpected end of JSON input")
+			}
+			return nil, d.errorf("invalid character %s in exponent of numeric literal", quoteChar(data[i]))
+		}
+		exp := strings.TrimLeft(string(data[expStart:i]), "0")
+		if len(exp) > 5 || (exp != "" && mustAtoi(exp) > maxNumberExp10) {
+			d.pos = start
+			return nil, d.errorf("number exponent out of supported range (|exponent| <= %d)", maxNumberExp10)
+		}
+	}
+	if i-start > maxNumberLen {
+		d.pos = start
+		return nil, d.errorf("number literal longer than %d characters", maxNumberLen)
+	}
+	d.pos = i
+	return json.Number(data[start:i]), nil
+}
+
+func mustAtoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
+}
+
+func (d *decoder) string() (any, error) {
+	d.pos++ // opening quote
+	start := d.pos
+	data := d.data
+	// Fast path: plain ASCII without escapes.
+	for i := start; i < len(data); i++ {
+		c := data[i]
+		if c == '"' {
+			d.pos = i + 1
+			return string(data[start:i]), nil
+		}
+		if c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
+			break
+		}
+	}
+	var sb strings.Builder
+	i := start
+	for {
+		if i >= len(data) {
+			d.pos = i
+			return nil, d.errorf("unexpected end of JSON input")
+		}
+		c := data[i]
+		switch {
+		case c == '"':
+			d.pos = i + 1
+			return sb.String(), nil
+		case c < 0x20:
+			d.pos = i
+			return nil, d.errorf("invalid character %s in string literal", quoteChar(c))
+		case c == '\\':
+			i++
+			if i >= len(data) {
+				d.pos = i
+				return nil, d.errorf("unexpected end of JSON input")
+			}
+			switch data[i] {
+			case '"', '\\', '/':
+				sb.WriteByte(data[i])
+				i++
+			case 'b':
+				sb.WriteByte('\b')
+				i++
+			case 'f':
+				sb.WriteByte('\f')
+				i++
+			case 'n':
+				sb.WriteByte('\n')
+				i++
+			case 'r':
+				sb.WriteByte('\r')
+				i++
+			case 't':
+				sb.WriteByte('\t')
+				i++
+			case 'u':
+				r, ok := hex4(data, i+1)
+				if !ok {
+					d.pos = i
+					return nil, d.errorf("invalid escape sequence in string literal")
+				}
+				i += 5
+				if utf16.IsSurrogate(r) {
+					r2 := rune(-1)
+					if i+1 < len(data) && data[i] == '\\' && data[i+1] == 'u' {
+						if v, ok := hex4(data, i+2); ok {
+							r2 = v
+						}
+					}
+					if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
+						r = dec
+						i += 6
+					} else {
+						r = utf8.RuneError
+						d.out.lossy = true
+					}
+				}
+				sb.WriteRune(r)
+			default:
+				d.pos = i
+				return nil, d.errorf("invalid character %s in string escape code", quoteChar(data[i]))
+			}
+		case c < utf8.RuneSelf:
+			sb.WriteByte(c)
+			i++
+		default:
+			r, size := utf8.DecodeRune(data[i:])
+			if r == utf8.RuneError && size == 1 {
+				d.out.lossy = true
+			}
+			sb.WriteRune(r)
+			i += size
+		}
+	}
+}
+
+func hex4(data []byte, i int) (rune, bool) {
+	if i+4 > len(data) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range data[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r*16 + rune(c)
+	}
+	return r, true
+}
+
+// escapePointerToken escapes one JSON Pointer reference token (RFC 6901).
+func escapePointerToken(tok string) string {
+	if !strings.ContainsAny(tok, "~/") {
+		return tok
+	}
+	tok = strings.ReplaceAll(tok, "~", "~0")
+	return strings.ReplaceAll(tok, "/", "~1")
+}
+
+// pointer joins tokens into a JSON Pointer ("" for none).
+func pointer(tokens []string) string {
+	if len(tokens) == 0 {
+		return ""
+	}
+	var sb strings.Builder
+	for _, t := range tokens {
+		sb.WriteByte('/')
+		sb.WriteString(escapePointerToken(t))
+	}
+	return sb.String()
+}

@@ -1,0 +1,119 @@
+package manifest
+
+import (
+	"encoding/json"
+
+	"github.com/sandboxd/sandboxd/toolerr"
+)
+
+// Tool is a manifest whose input and output schemas are compiled. A Tool is
+// immutable: its methods are safe for concurrent use by many goroutines and
+// never recompile anything.
+type Tool struct {
+	*Manifest
+	input, output *Schema
+}
+
+// Load parses data (see Parse) and compiles the input and output schemas.
+//
+// The schemas are JSON Schema draft 2020-12, except when the manifest's
+// transport is "mcp": an MCP server's schemas are in the dialect their own
+// $schema declares (draft-06, draft-07, 2019-09 or 2020-12; 2020-12 when
+// absent). Any other $schema is refused. Remote references ($ref to
+// http, https, file or any other URL outside the schema document) are never
+// fetched and make the schema invalid. Format assertions are on (as Ajv with
+// ajv-formats), content assertions (contentEncoding, contentMediaType) off.
+//
+// A schema that does not compile is a *toolerr.Error with Code
+// toolerr.InvalidToolDefinition whose message contains the JSON Pointer of
+// the problem in the manifest ("/input/properties/a/type") and whose
+// Details["pointer"] is that pointer.
+func Load(data []byte) (*Tool, error) {
+	m, obj, err := parse(data)
+	if err != nil {
+		return nil, err
+	}
+	rule := only2020
+	if m.Transport == "mcp" {
+		rule = mcpDialects
+	}
+	t := &Tool{Manifest: m}
+	if t.input, err = compileSchema("/input", obj["input"], rule); err != nil {
+		return nil, toolerr.As(err).WithTool(m.ID)
+	}
+	if t.output, err = compileSchema("/output", obj["output"], rule); err != nil {
+		return nil, toolerr.As(err).WithTool(m.ID)
+	}
+	return t, nil
+}
+
+// InputSchema returns the compiled input schema.
+func (t *Tool) InputSchema() *Schema { return t.input }
+
+// OutputSchema returns the compiled output schema.
+func (t *Tool) OutputSchema() *Schema { return t.output }
+
+// ValidateInput validates input, which must be exactly one JSON value,
+// against the input schema after filling schema defaults as Ajv's
+// useDefaults does (missing properties whose schema under `properties` has
+// a `default`, nested objects and array items too, through $ref and allOf,
+// never inside anyOf, oneOf, not, if, then or else).
+//
+// It returns the JSON the handler must see: input itself (the same slice,
+// not re-encoded) when no default was filled, else the re-encoded document
+// (see Schema.Validate, which also re-encodes input repeating a key).
+//
+// Failure is a *toolerr.Error with Code toolerr.InputValidationFailed and
+// Ajv-shaped Issues; input that is not JSON gets one issue with an empty
+// keyword whose message says why.
+func (t *Tool) ValidateInput(input []byte) ([]byte, error) {
+	out, issues, err := t.input.Validate(input, true)
+	if err != nil {
+		return nil, notJSON(toolerr.InputValidationFailed, "input", err).WithTool(t.ID)
+	}
+	if len(issues) > 0 {
+		return nil, invalidValue(toolerr.InputValidationFailed, "input", issues).WithTool(t.ID)
+	}
+	return out, nil
+}
+
+// ValidateOutput validates a handler's output bytes against the output
+// schema (no defaults are filled) and returns them trimmed of surrounding
+// whitespace. Output that is not exactly one JSON value fails with
+// "output is not valid JSON: ..."; a schema violation fails with Ajv-shaped
+// Issues. Both are *toolerr.Error with Code toolerr.OutputValidationFailed.
+func (t *Tool) ValidateOutput(output []byte) (json.RawMessage, error) {
+	_, issues, err := t.output.Validate(output, false)
+	if err != nil {
+		return nil, notJSON(toolerr.OutputValidationFailed, "output", err).WithTool(t.ID)
+	}
+	if len(issues) > 0 {
+		return nil, invalidValue(toolerr.OutputValidationFailed, "output", issues).WithTool(t.ID)
+	}
+	return json.RawMessage(trimJSONSpace(output)), nil
+}
+
+func notJSON(code toolerr.Code, what string, err error) *toolerr.Error {
+	msg := what + " is not valid JSON: " + err.Error()
+	return &toolerr.Error{
+		Code:    code,
+		Message: msg,
+		Issues:  []toolerr.Issue{{Params: map[string]any{}, Message: msg}},
+		Err:     err,
+	}
+}
+
+func invalidValue(code toolerr.Code, what string, issues []toolerr.Issue) *toolerr.Error {
+	return &toolerr.Error{Code: code, Message: summarize(what, issues), Issues: issues}
+}
+
+func trimJSONSpace(b []byte) []byte {
+	isSpace := func(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+	for len(b) > 0 && isSpace(b[0]) {
+		b = b[1:]
+	}
+	for len(b) > 0 && isSpace(b[len(b)-1]) {
+		b = b[:len(b)-1]
+	}
+	return b
+}
