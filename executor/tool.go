@@ -292,7 +292,9 @@ type instance struct {
 }
 
 // sleeper makes WASI sleeps interruptible by the current call's context.
-type sleeper struct{ ctx atomic.Pointer[context.Context] }
+type sleeper struct {
+	ctx atomic.Pointer[context.Context]
+}
 
 func (s *sleeper) sleep(ns int64) {
 	var done <-chan struct{}

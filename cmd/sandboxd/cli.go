@@ -274,4 +274,3 @@ func newRunID() string {
 	_, _ = rand.Read(b[:])
 	return "run-" + hex.EncodeToString(b[:])
 }
-
