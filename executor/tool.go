@@ -22,6 +22,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/abi"
 	"github.com/sandboxd/sandboxd/artifact"
+	"github.com/sandboxd/sandboxd/internal/wasmbin"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/manifest"
 	"github.com/sandboxd/sandboxd/toolerr"
@@ -71,7 +72,13 @@ func (e *Executor) newTool(ctx context.Context, mt *manifest.Tool, mod *artifact
 	if err := t.instantiateHost(ctx, t.runtime); err != nil {
 		return nil, toolerr.Wrap(toolerr.Internal, err, "instantiate "+abi.ModuleName)
 	}
-	t.compiled, err = t.runtime.CompileModule(ctx, mod.Bytes)
+	// wazero lets table.grow allocate host memory up to 2^32 elements; cap
+	// every table so tables alone stay within memMB.
+	bin, err := wasmbin.LimitTables(mod.Bytes, uint64(t.memLimit/tableElemBytes))
+	if err != nil {
+		return nil, toolerr.Wrap(toolerr.HandlerShapeInvalid, err, "cannot read the module's tables")
+	}
+	t.compiled, err = t.runtime.CompileModule(ctx, bin)
 	if err != nil {
 		return nil, toolerr.Wrap(toolerr.HandlerShapeInvalid, err, "module does not compile")
 	}

@@ -246,3 +246,104 @@ func parseTables(r *reader, m *Module) error {
 	}
 	return nil
 }
+
+// LimitTables returns b with every defined table's maximum lowered to at most
+// maxElems elements (a table without a maximum gets maxElems), so that
+// table.grow cannot allocate past a host budget. Tables whose minimum already
+// exceeds maxElems are left alone for the caller's own check. b is returned
+// unchanged when no table needs a new maximum.
+func LimitTables(b []byte, maxElems uint64) ([]byte, error) {
+	r := &reader{b: b}
+	if len(b) < 8 || string(b[:4]) != "\x00asm" {
+		return nil, r.fail("missing magic")
+	}
+	r.off = 8
+	for r.off < len(b) {
+		secStart := r.off
+		id, err := r.byte()
+		if err != nil {
+			return nil, err
+		}
+		size, err := r.uleb(32)
+		if err != nil {
+			return nil, err
+		}
+		if size > uint64(len(b)-r.off) {
+			return nil, r.fail("section past end")
+		}
+		body := r.off
+		end := r.off + int(size)
+		if id != 4 {
+			r.off = end
+			continue
+		}
+		sec := &reader{b: b[:end], off: body}
+		n, err := sec.uleb(32)
+		if err != nil {
+			return nil, err
+		}
+		out := appendULEB(nil, n)
+		changed := false
+		for i := uint64(0); i < n; i++ {
+			rt, err := sec.byte()
+			if err != nil {
+				return nil, err
+			}
+			if rt == 0x40 {
+				return nil, sec.fail("tables with initialiser expressions are not supported")
+			}
+			flagAt := sec.off
+			flag, err := sec.byte()
+			if err != nil {
+				return nil, err
+			}
+			if flag > 1 {
+				return nil, sec.fail("unsupported table limits flag")
+			}
+			sec.off = flagAt
+			l, err := sec.limits()
+			if err != nil {
+				return nil, err
+			}
+			if l.Min <= maxElems && (!l.HasMax || l.Max > maxElems) {
+				l.Max, l.HasMax = maxElems, true
+				changed = true
+			}
+			out = append(out, rt)
+			if l.HasMax {
+				out = append(out, 1)
+				out = appendULEB(out, l.Min)
+				out = appendULEB(out, l.Max)
+			} else {
+				out = append(out, 0)
+				out = appendULEB(out, l.Min)
+			}
+		}
+		if sec.off != end {
+			return nil, sec.fail("trailing bytes in table section")
+		}
+		if !changed {
+			return b, nil
+		}
+		nb := make([]byte, 0, len(b)+16)
+		nb = append(nb, b[:secStart]...)
+		nb = append(nb, 4)
+		nb = appendULEB(nb, uint64(len(out)))
+		nb = append(nb, out...)
+		nb = append(nb, b[end:]...)
+		return nb, nil
+	}
+	return b, nil
+}
+
+func appendULEB(b []byte, v uint64) []byte {
+	for {
+		c := byte(v & 0x7f)
+		v >>= 7
+		if v != 0 {
+			b = append(b, c|0x80)
+			continue
+		}
+		return append(b, c)
+	}
+}
