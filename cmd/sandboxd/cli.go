@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"sort"
 	"strings"
 
 	"github.com/sandboxd/sandboxd/examples"
@@ -27,38 +28,63 @@ const (
 	exitUsage = 2 // bad flags or arguments
 )
 
-const usageText = `sandboxd runs tool handlers compiled to WebAssembly inside a sandbox.
+// command is one subcommand: it gets the arguments after its name and
+// returns the exit code. Subcommands register themselves in commands from
+// their own files (init), so adding one never edits the dispatch.
+type command struct {
+	summary string
+	run     func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int
+}
 
-Usage:
-  sandboxd run [flags]        run one call of a tool and print the result envelope
-  sandboxd version            print the version
-  sandboxd help [command]     show help
+var commands = map[string]command{}
 
-Run "sandboxd help run" for the flags of run.
-`
+func init() {
+	commands["run"] = command{"run one call of a tool and print the result envelope", cmdRun}
+	commands["version"] = command{"print the version", func(_ context.Context, _ []string, _ io.Reader, stdout, _ io.Writer) int {
+		fmt.Fprintf(stdout, "sandboxd %s\n", version())
+		return exitOK
+	}}
+}
+
+func usageText() string {
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString("sandboxd runs tool handlers compiled to WebAssembly inside a sandbox.\n\nUsage:\n")
+	for _, n := range names {
+		fmt.Fprintf(&b, "  sandboxd %-12s %s\n", n, commands[n].summary)
+	}
+	b.WriteString("  sandboxd help COMMAND  show the flags of a command\n")
+	return b.String()
+}
 
 // run is the whole CLI: it parses args and returns the process exit code.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usageText)
+		fmt.Fprint(stderr, usageText())
 		return exitUsage
 	}
 	switch args[0] {
-	case "run":
-		return cmdRun(ctx, args[1:], stdin, stdout, stderr)
-	case "version", "--version":
-		fmt.Fprintf(stdout, "sandboxd %s\n", version())
-		return exitOK
+	case "--version":
+		args = []string{"version"}
 	case "help", "-h", "--help":
-		if len(args) > 1 && args[1] == "run" {
-			return cmdRun(ctx, []string{"-h"}, stdin, stdout, stderr)
+		if len(args) > 1 {
+			if c, ok := commands[args[1]]; ok {
+				return c.run(ctx, []string{"-h"}, stdin, stdout, stderr)
+			}
 		}
-		fmt.Fprint(stdout, usageText)
+		fmt.Fprint(stdout, usageText())
 		return exitOK
-	default:
-		fmt.Fprintf(stderr, "sandboxd: unknown command %q\n\n%s", args[0], usageText)
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "sandboxd: unknown command %q\n\n%s", args[0], usageText())
 		return exitUsage
 	}
+	return c.run(ctx, args[1:], stdin, stdout, stderr)
 }
 
 func version() string {

@@ -1,0 +1,62 @@
+// Package depcheck guards the dependency directions of DESIGN.md "Layout":
+// cmd → server/conformance → executor → artifact, limits, egress, abi,
+// manifest; nothing imports cmd, and the leaf packages never import the
+// executor.
+package depcheck
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const mod = "github.com/sandboxd/sandboxd"
+
+func TestDependencyDirections(t *testing.T) {
+	out, err := exec.Command("go", "list", "-json=ImportPath,Deps", mod+"/...").Output()
+	if err != nil {
+		t.Skipf("go list unavailable: %v", err)
+	}
+	forbidden := map[string][]string{
+		// leaf packages must not reach up
+		"abi":          {"executor", "manifest", "artifact", "limits", "cmd"},
+		"toolerr":      {"executor", "manifest", "artifact", "limits", "abi", "cmd"},
+		"limits":       {"executor", "manifest", "artifact", "cmd"},
+		"artifact":     {"executor", "cmd"},
+		"manifest":     {"executor", "artifact", "limits", "cmd"},
+		"egress":       {"executor", "cmd"},
+		"executor":     {"cmd"},
+		"guest-sdk/go": {"executor", "manifest", "artifact", "limits", "cmd"},
+	}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	seen := 0
+	for dec.More() {
+		var p struct {
+			ImportPath string
+			Deps       []string
+		}
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		seen++
+		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, mod), "/")
+		for _, d := range p.Deps {
+			if !strings.HasPrefix(d, mod+"/") {
+				continue
+			}
+			drel := strings.TrimPrefix(d, mod+"/")
+			if strings.HasPrefix(drel, "cmd/") {
+				t.Errorf("%s imports %s: nothing may import cmd", rel, drel)
+			}
+			for _, bad := range forbidden[rel] {
+				if drel == bad || strings.HasPrefix(drel, bad+"/") {
+					t.Errorf("%s depends on %s", rel, drel)
+				}
+			}
+		}
+	}
+	if seen < 5 {
+		t.Fatalf("go list listed only %d packages", seen)
+	}
+}
