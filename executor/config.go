@@ -26,6 +26,7 @@ type Config struct {
 	guestStderr    io.Writer
 	logSink        func(LogRecord)
 	idleInstances  int
+	observer       func(CallEvent)
 }
 
 // Defaults applied by NewConfig.

@@ -150,10 +150,15 @@ type CallContext struct {
 
 // Request is one invocation.
 type Request struct {
+	// CallID identifies the call in lifecycle events (toolCallId); empty
+	// means a new random id.
+	CallID string
 	// Input is the tool input, one JSON value.
 	Input []byte
 	// Context is the call context.
 	Context CallContext
+
+	validated json.RawMessage // set once the input validated
 }
 
 // Usage is what one call consumed.
@@ -177,17 +182,24 @@ type Result struct {
 // returned with the usage when the guest ran, and is nil otherwise.
 func (t *Tool) Invoke(ctx context.Context, req Request) (*Result, error) {
 	start := time.Now()
-	res, err := t.invoke(ctx, req)
+	if req.CallID == "" && t.exec.cfg.observer != nil {
+		req.CallID = NewCallID()
+	}
+	t.observe(CallEvent{Phase: PhasePending, CallID: req.CallID, Context: &req.Context})
+	res, err := t.invoke(ctx, &req)
 	if res != nil {
 		res.Usage.WallMs = round3(float64(time.Since(start)) / float64(time.Millisecond))
 	}
 	if err != nil {
-		return res, toolerr.As(err).WithTool(t.ID())
+		err = toolerr.As(err).WithTool(t.ID())
+		t.observe(CallEvent{Phase: PhaseFailed, CallID: req.CallID, Context: &req.Context, Input: req.validated, Result: res, Err: err})
+		return res, err
 	}
+	t.observe(CallEvent{Phase: PhaseCompleted, CallID: req.CallID, Context: &req.Context, Input: req.validated, Result: res})
 	return res, nil
 }
 
-func (t *Tool) invoke(ctx context.Context, req Request) (*Result, error) {
+func (t *Tool) invoke(ctx context.Context, req *Request) (*Result, error) {
 	if t.closed.Load() {
 		return nil, toolerr.New(toolerr.Internal, "tool %s is closed", t.ID())
 	}
@@ -203,6 +215,8 @@ func (t *Tool) invoke(ctx context.Context, req Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	req.validated = input
+	t.observe(CallEvent{Phase: PhaseInProgress, CallID: req.CallID, Context: &req.Context, Input: input})
 	env, cfgValues, err := t.resolveNeeds(&req.Context)
 	if err != nil {
 		return nil, err
