@@ -27,6 +27,8 @@ type Config struct {
 	logSink        func(LogRecord)
 	idleInstances  int
 	observer       func(CallEvent)
+	poolSize       int
+	poolSizeSet    bool
 }
 
 // Defaults applied by NewConfig.

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"runtime"
 	"strings"
@@ -46,6 +45,7 @@ type Tool struct {
 	hasInit  bool
 
 	idle   chan *instance // warm instances (posture none only)
+	pool   *pool          // pre-warmed never-used instances (context-isolated, strict)
 	closed atomic.Bool
 }
 
@@ -91,6 +91,7 @@ func (e *Executor) newTool(ctx context.Context, mt *manifest.Tool, mod *artifact
 	if err := e.register(t); err != nil {
 		return nil, err
 	}
+	t.startPool()
 	return t, nil
 }
 
@@ -119,6 +120,7 @@ func (t *Tool) Close(ctx context.Context) error {
 		return nil
 	}
 	t.exec.unregister(t)
+	t.stopPool(ctx)
 	if t.idle != nil {
 	drain:
 		for {
@@ -304,12 +306,15 @@ func (t *Tool) guard(ctx context.Context, fn func(ctx context.Context, cancel co
 	return cpu, err, context.Cause(gctx)
 }
 
-// instance is one instantiated reactor.
+// instance is one instantiated reactor. Its stdout and stderr are switched
+// to the forwarders of the call it serves, so a warm or pooled instance never
+// writes into another call's stream.
 type instance struct {
-	mod    api.Module
-	handle api.Function
-	acct   *limits.Account
-	sleep  *sleeper
+	mod            api.Module
+	handle         api.Function
+	acct           *limits.Account
+	sleep          *sleeper
+	stdout, stderr *switchWriter
 }
 
 // sleeper makes WASI sleeps interruptible by the current call's context.
@@ -346,16 +351,16 @@ func (t *Tool) moduleConfig(env map[string]string, sl *sleeper) wazero.ModuleCon
 }
 
 // newInstance instantiates the reactor and runs _initialize under the tool's
-// CPU budget (not charged to any call).
-func (t *Tool) newInstance(ctx context.Context, env map[string]string, stdout, stderr io.Writer) (*instance, error) {
-	acct := limits.NewAccount(t.memLimit)
-	sl := &sleeper{}
-	mc := t.moduleConfig(env, sl).WithStdout(stdout).WithStderr(stderr)
+// CPU budget (not charged to any call). Its output goes to stdout/stderr
+// until the instance is switched to a call.
+func (t *Tool) newInstance(ctx context.Context, env map[string]string, stdout, stderr *lineForwarder) (*instance, error) {
+	in := &instance{acct: limits.NewAccount(t.memLimit), sleep: &sleeper{}, stdout: newSwitchWriter(stdout), stderr: newSwitchWriter(stderr)}
+	mc := t.moduleConfig(env, in.sleep).WithStdout(in.stdout).WithStderr(in.stderr)
 	var mod api.Module
 	_, err, cause := t.guard(ctx, func(gctx context.Context, _ context.CancelCauseFunc) error {
-		sl.ctx.Store(&gctx)
+		in.sleep.ctx.Store(&gctx)
 		var err error
-		mod, err = t.runtime.InstantiateModule(experimental.WithMemoryAllocator(gctx, acct.Allocator()), t.compiled, mc)
+		mod, err = t.runtime.InstantiateModule(experimental.WithMemoryAllocator(gctx, in.acct.Allocator()), t.compiled, mc)
 		if err != nil || !t.hasInit {
 			return err
 		}
@@ -366,27 +371,25 @@ func (t *Tool) newInstance(ctx context.Context, env map[string]string, stdout, s
 		if mod != nil {
 			_ = mod.Close(ctx)
 		}
-		return nil, t.classify(ctx, nil, err, cause, acct, 0, "", "_initialize")
+		stderr.Flush()
+		return nil, t.classify(ctx, nil, err, cause, in.acct, 0, stderr.Tail(), "_initialize")
 	}
-	return &instance{mod: mod, handle: mod.ExportedFunction(abi.ExportHandle), acct: acct, sleep: sl}, nil
+	in.mod, in.handle = mod, mod.ExportedFunction(abi.ExportHandle)
+	return in, nil
 }
 
 func (t *Tool) runReactor(ctx context.Context, inv *invocation, env map[string]string) *runOutcome {
 	stdout := newLineForwarder(t.exec.cfg.guestStdout, t.ID(), "stdout")
 	stderr := newLineForwarder(t.exec.cfg.guestStderr, t.ID(), "stderr")
-	var in *instance
-	if t.idle != nil {
-		select {
-		case in = <-t.idle:
-		default:
-		}
-	}
+	in := t.takeInstance()
 	if in == nil {
 		var err error
 		if in, err = t.newInstance(ctx, env, stdout, stderr); err != nil {
 			return &runOutcome{err: err}
 		}
 	}
+	in.stdout.Switch(stdout)
+	in.stderr.Switch(stderr)
 	in.acct.Reset()
 	inv.acct = in.acct
 	if !in.acct.Reserve(int64(len(inv.input))) {
@@ -403,6 +406,8 @@ func (t *Tool) runReactor(ctx context.Context, inv *invocation, env map[string]s
 		}
 		return err
 	})
+	in.stdout.Switch(nil)
+	in.stderr.Switch(nil)
 	stdout.Flush()
 	stderr.Flush()
 	out := &runOutcome{cpu: cpu, peak: in.acct.Peak()}
