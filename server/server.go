@@ -1,0 +1,733 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sandboxd/sandboxd/executor"
+	"github.com/sandboxd/sandboxd/toolerr"
+)
+
+// Transport constants of the pack protocol.
+const (
+	// MaxBodyBytes is the request body cap (413 above it).
+	MaxBodyBytes = 10 << 20
+	// DefaultTimeout applies when kindgi-timeout-ms is absent or invalid.
+	DefaultTimeout = 120 * time.Second
+	// MaxTimeout bounds kindgi-timeout-ms (larger values are clamped).
+	MaxTimeout = 24 * time.Hour
+	// DefaultDrainTimeout is how long SIGTERM waits for in-flight calls.
+	DefaultDrainTimeout = 8 * time.Second
+	// DefaultMaxConcurrency is the global concurrency cap when none is set.
+	DefaultMaxConcurrency = 16
+)
+
+// Header names.
+const (
+	HeaderToken       = "kindgi-pack-token"
+	HeaderTimeout     = "kindgi-timeout-ms"
+	HeaderRunID       = "kindgi-run-id"
+	HeaderRequestID   = "kindgi-request-id"
+	HeaderTraceparent = "traceparent"
+	HeaderDuration    = "kindgi-duration-ms"
+	HeaderArtifact    = "kindgi-artifact-version"
+	// HeaderUsage carries the call's usage {"cpuMs","wallMs","peakMemMB"}
+	// as JSON: the closed result shape has no room for it.
+	HeaderUsage = "sandboxd-usage"
+	// HeaderCallID carries the toolCallId of the call's lifecycle events.
+	HeaderCallID = "sandboxd-call-id"
+)
+
+// Options configure a Server. Zero values take the documented defaults.
+type Options struct {
+	// Token is the shared secret callers send in kindgi-pack-token. It must
+	// be non-empty printable ASCII (New refuses anything else).
+	Token string
+	// MaxConcurrency caps calls running at once (default 16).
+	MaxConcurrency int
+	// QueueSize bounds calls waiting for a slot (default 4×MaxConcurrency;
+	// negative: no queue, refuse at once). Beyond it: 503 + Retry-After.
+	QueueSize int
+	// PerToolConcurrency caps calls running at once per tool, so one slow
+	// or hostile tool cannot take every slot (default: 3/4 of
+	// MaxConcurrency, at least 1). Beyond it: 503 + Retry-After.
+	PerToolConcurrency int
+	// DrainTimeout bounds the wait for in-flight calls on drain (default 8 s).
+	DrainTimeout time.Duration
+	// EnvCheckWarn keeps the service ready while required env names of the
+	// pack index are missing (they are still listed in /v1/info).
+	EnvCheckWarn bool
+	// Log receives process events (see NewLogger); nil discards them.
+	Log *slog.Logger
+}
+
+// Server is a pack service. It is an http.Handler; Serve runs it on a
+// listener with the drain lifecycle. Create it with New; Close it to
+// release its tools. Safe for concurrent use.
+type Server struct {
+	exec *executor.Executor
+	src  Source
+	opts Options
+	log  *slog.Logger
+
+	tokenSum [32]byte
+
+	catMu sync.RWMutex
+	cat   *catalog
+
+	reloadMu sync.Mutex
+
+	adm     admission
+	metrics *metrics
+
+	lifeMu   sync.Mutex
+	draining bool
+	accepted sync.WaitGroup // invokes admitted past the drain check
+	active   atomic.Int64
+	closed   bool
+}
+
+var printable = regexp.MustCompile(`^[\x21-\x7e]+$`)
+
+// ValidToken reports whether tok (already trimmed) is acceptable: non-empty
+// printable ASCII without spaces.
+func ValidToken(tok string) bool { return printable.MatchString(tok) }
+
+// New loads every tool of src into exec (which must outlive the Server) and
+// returns a Server ready to answer. A source that cannot be read or any
+// tool that cannot be loaded fails New with a *BootError listing every
+// problem.
+func New(ctx context.Context, exec *executor.Executor, src Source, opts Options) (*Server, error) {
+	if !ValidToken(opts.Token) {
+		return nil, errors.New("server: the token must be non-empty printable ASCII")
+	}
+	if opts.MaxConcurrency <= 0 {
+		opts.MaxConcurrency = DefaultMaxConcurrency
+	}
+	switch {
+	case opts.QueueSize == 0:
+		opts.QueueSize = 4 * opts.MaxConcurrency
+	case opts.QueueSize < 0:
+		opts.QueueSize = 0
+	}
+	if opts.PerToolConcurrency <= 0 {
+		opts.PerToolConcurrency = max(1, opts.MaxConcurrency*3/4)
+	}
+	if opts.DrainTimeout <= 0 {
+		opts.DrainTimeout = DefaultDrainTimeout
+	}
+	lg := opts.Log
+	if lg == nil {
+		lg = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	s := &Server{
+		exec: exec, src: src, opts: opts, log: lg,
+		tokenSum: sha256.Sum256([]byte(opts.Token)),
+		adm:      admission{slots: make(chan struct{}, opts.MaxConcurrency), queueCap: int64(opts.QueueSize)},
+		metrics:  newMetrics(),
+	}
+	cat, problems := loadCatalog(ctx, exec, src, opts.PerToolConcurrency)
+	if len(problems) > 0 {
+		return nil, &BootError{Problems: problems}
+	}
+	s.cat = cat
+	return s, nil
+}
+
+// NewLogger returns the process-event logger: one JSON object per line on
+// w whose "kind" is the event (listening, draining, stopped, call, …).
+func NewLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) == 0 && a.Key == slog.MessageKey {
+				a.Key = "kind"
+			}
+			return a
+		},
+	}))
+}
+
+// Close closes the serving catalog's tools (calls still running on them
+// are stopped).
+func (s *Server) Close(ctx context.Context) error {
+	s.catMu.Lock()
+	defer s.catMu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	s.cat.retire()
+	return nil
+}
+
+// Reload reads the source again and swaps in the new tools without
+// dropping calls: calls running on the old tools finish on them. On any
+// problem the old tools keep serving and the error is a *BootError.
+func (s *Server) Reload(ctx context.Context) error {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	cat, problems := loadCatalog(ctx, s.exec, s.src, s.opts.PerToolConcurrency)
+	if len(problems) > 0 {
+		s.log.Error("reload-failed", "problems", problems)
+		return &BootError{Problems: problems}
+	}
+	s.catMu.Lock()
+	if s.closed {
+		s.catMu.Unlock()
+		cat.close(ctx)
+		return errors.New("server: closed")
+	}
+	old := s.cat
+	s.cat = cat
+	s.catMu.Unlock()
+	old.retire()
+	s.log.Info("reloaded", "packId", cat.packID, "artifactVersion", cat.artifactVersion, "tools", len(cat.order))
+	return nil
+}
+
+// current returns the serving catalog with a reference held.
+func (s *Server) current() *catalog {
+	for {
+		s.catMu.RLock()
+		c := s.cat
+		s.catMu.RUnlock()
+		if c.acquire() {
+			return c
+		}
+	}
+}
+
+// Ready reports whether /readyz answers ready: tools loaded, not draining,
+// and (unless EnvCheckWarn) no required env name missing.
+func (s *Server) Ready() bool {
+	s.lifeMu.Lock()
+	d := s.draining
+	s.lifeMu.Unlock()
+	if d {
+		return false
+	}
+	c := s.current()
+	defer c.release()
+	return s.opts.EnvCheckWarn || len(c.missingEnv()) == 0
+}
+
+func (s *Server) isDraining() bool {
+	s.lifeMu.Lock()
+	defer s.lifeMu.Unlock()
+	return s.draining
+}
+
+// admission is the global concurrency cap with a bounded queue.
+type admission struct {
+	slots    chan struct{}
+	queued   atomic.Int64
+	queueCap int64
+}
+
+// enter takes a slot, waiting in the queue if there is room. It returns
+// false with a nil error when the queue is full, and ctx's error when ctx
+// ended while queued.
+func (a *admission) enter(ctx context.Context) (bool, error) {
+	select {
+	case a.slots <- struct{}{}:
+		return true, nil
+	default:
+	}
+	if a.queued.Add(1) > a.queueCap {
+		a.queued.Add(-1)
+		return false, nil
+	}
+	defer a.queued.Add(-1)
+	select {
+	case a.slots <- struct{}{}:
+		return true, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+func (a *admission) leave() { <-a.slots }
+
+// ServeHTTP routes a request. Method is checked first (405), then the token
+// (401) on /v1/*; /healthz, /readyz and /metrics need no token.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	type route struct {
+		methods string
+		auth    bool
+		fn      func(http.ResponseWriter, *http.Request)
+	}
+	var rt route
+	switch r.URL.Path {
+	case "/v1/invoke":
+		rt = route{http.MethodPost, true, s.handleInvoke}
+	case "/v1/info":
+		rt = route{"GET, HEAD", true, s.handleInfo}
+	case "/v1/tools":
+		rt = route{"GET, HEAD", true, s.handleTools}
+	case "/healthz":
+		rt = route{"GET, HEAD", false, func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		}}
+	case "/readyz":
+		rt = route{"GET, HEAD", false, s.handleReady}
+	case "/metrics":
+		rt = route{"GET, HEAD", false, s.handleMetrics}
+	default:
+		transportError(w, http.StatusNotFound, "no such route")
+		return
+	}
+	if !allowed(rt.methods, r.Method) {
+		w.Header().Set("Allow", rt.methods)
+		transportError(w, http.StatusMethodNotAllowed, "method not allowed")
+		return
+	}
+	if rt.auth && !s.authorized(r) {
+		transportError(w, http.StatusUnauthorized, "missing or wrong "+HeaderToken)
+		return
+	}
+	if s.isDraining() {
+		w.Header().Set("Connection", "close")
+	}
+	rt.fn(w, r)
+}
+
+func allowed(methods, m string) bool {
+	switch methods {
+	case http.MethodPost:
+		return m == http.MethodPost
+	default:
+		return m == http.MethodGet || m == http.MethodHead
+	}
+}
+
+// authorized compares the token in constant time (over digests, so the
+// length does not leak either).
+func (s *Server) authorized(r *http.Request) bool {
+	vals := r.Header.Values(HeaderToken)
+	if len(vals) != 1 {
+		return false
+	}
+	got := sha256.Sum256([]byte(vals[0]))
+	return subtle.ConstantTimeCompare(got[:], s.tokenSum[:]) == 1
+}
+
+// transportError answers a non-2xx transport status. Its body is a short
+// text reason, never a pack-protocol message (those are 200 only).
+func transportError(w http.ResponseWriter, status int, reason string) {
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, reason+"\n")
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		transportError(w, http.StatusInternalServerError, "cannot encode the answer")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
+	switch {
+	case s.isDraining():
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
+	case !s.Ready():
+		c := s.current()
+		missing := c.missingEnv()
+		c.release()
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not-ready", "missingEnv": missing})
+	default:
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	}
+}
+
+// info is the closed /v1/info shape.
+type info struct {
+	Protocol        int        `json:"protocol"`
+	PackID          string     `json:"packId"`
+	PackVersion     string     `json:"packVersion"`
+	ArtifactVersion string     `json:"artifactVersion"`
+	Tools           []infoTool `json:"tools"`
+	Checks          []string   `json:"checks"`
+	MissingEnv      []string   `json:"missingEnv,omitempty"`
+}
+
+type infoTool struct {
+	ID      string `json:"id"`
+	Version string `json:"version,omitempty"`
+}
+
+func (s *Server) handleInfo(w http.ResponseWriter, _ *http.Request) {
+	c := s.current()
+	defer c.release()
+	in := info{Protocol: ProtocolVersion, PackID: c.packID, PackVersion: c.packVersion, ArtifactVersion: c.artifactVersion,
+		Tools: []infoTool{}, Checks: []string{}, MissingEnv: c.missingEnv()}
+	if c.requiredEnv != nil && in.MissingEnv == nil {
+		in.MissingEnv = []string{}
+	}
+	for _, id := range c.order {
+		in.Tools = append(in.Tools, infoTool{ID: id, Version: c.tools[id].version})
+	}
+	writeJSON(w, http.StatusOK, in)
+}
+
+// ToolInfo is one entry of GET /v1/tools: what /v1/info's closed shape
+// cannot carry.
+type ToolInfo struct {
+	ID          string          `json:"id"`
+	Version     string          `json:"version,omitempty"`
+	Description string          `json:"description"`
+	Posture     string          `json:"posture"`
+	Style       string          `json:"style"`
+	Digest      string          `json:"digest"`
+	Limits      ToolLimits      `json:"limits"`
+	Mutating    bool            `json:"mutating"`
+	Network     any             `json:"network,omitempty"`
+	Input       json.RawMessage `json:"input"`
+	Output      json.RawMessage `json:"output"`
+}
+
+// ToolLimits are a tool's effective limits.
+type ToolLimits struct {
+	MemMB int64 `json:"memMB"`
+	CPUMs int64 `json:"cpuMs"`
+}
+
+func (s *Server) handleTools(w http.ResponseWriter, _ *http.Request) {
+	c := s.current()
+	defer c.release()
+	out := struct {
+		PackID          string     `json:"packId"`
+		PackVersion     string     `json:"packVersion"`
+		ArtifactVersion string     `json:"artifactVersion"`
+		Tools           []ToolInfo `json:"tools"`
+	}{c.packID, c.packVersion, c.artifactVersion, []ToolInfo{}}
+	for _, id := range c.order {
+		e := c.tools[id]
+		m := e.tool.Manifest()
+		mem, cpu := e.tool.Limits()
+		ti := ToolInfo{ID: id, Version: e.version, Description: m.Description, Posture: string(e.tool.Posture()),
+			Style: string(e.tool.Style()), Digest: e.tool.Digest(), Limits: ToolLimits{mem, cpu},
+			Mutating: m.IsMutating(), Input: m.Input, Output: m.Output}
+		if m.Network != nil {
+			ti.Network = m.Network
+		}
+		out.Tools = append(out.Tools, ti)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) handleMetrics(w http.ResponseWriter, _ *http.Request) {
+	c := s.current()
+	g := gauges{
+		inflight: len(s.adm.slots), queued: int(s.adm.queued.Load()), capacity: cap(s.adm.slots),
+		queueCap: int(s.adm.queueCap), draining: s.isDraining(), tools: len(c.order), toolInflight: map[string]int{},
+	}
+	for id, e := range c.tools {
+		g.toolInflight[id] = len(e.inflight)
+	}
+	c.release()
+	g.ready = s.Ready()
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	s.metrics.write(w, g)
+}
+
+// parseTimeout reads kindgi-timeout-ms: a positive integer of
+// milliseconds; absent or invalid means DefaultTimeout.
+func parseTimeout(h string) time.Duration {
+	if h == "" {
+		return DefaultTimeout
+	}
+	n, err := strconv.ParseInt(h, 10, 64)
+	if err != nil || n <= 0 {
+		return DefaultTimeout
+	}
+	if n > int64(MaxTimeout/time.Millisecond) {
+		return MaxTimeout
+	}
+	return time.Duration(n) * time.Millisecond
+}
+
+var traceparentRE = regexp.MustCompile(`^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$`)
+
+// parseTraceparent returns the trace and parent span ids of a W3C
+// traceparent header, or "" for an invalid one.
+func parseTraceparent(h string) (traceID, spanID string) {
+	m := traceparentRE.FindStringSubmatch(h)
+	if m == nil || m[1] == "ff" || (m[1] == "00" && m[5] != "") ||
+		m[2] == "00000000000000000000000000000000" || m[3] == "0000000000000000" {
+		return "", ""
+	}
+	return m[2], m[3]
+}
+
+// callRecord is what one invocation's "call" event carries.
+type callRecord struct {
+	id, target, outcome, code, callID string
+	start                             time.Time
+	cc                                executor.CallContext
+	traceID, spanID                   string
+}
+
+func (s *Server) record(rec *callRecord) {
+	attrs := []any{"id", rec.id, "target", rec.target, "outcome", rec.outcome,
+		"durationMs", time.Since(rec.start).Milliseconds(), "tenantId", rec.cc.TenantID, "runId", rec.cc.RunID}
+	if rec.cc.RequestID != "" {
+		attrs = append(attrs, "requestId", rec.cc.RequestID)
+	}
+	if rec.traceID != "" {
+		attrs = append(attrs, "traceId", rec.traceID, "spanId", rec.spanID)
+	}
+	if rec.callID != "" {
+		attrs = append(attrs, "callId", rec.callID)
+	}
+	if rec.code != "" {
+		attrs = append(attrs, "code", rec.code)
+	}
+	s.log.Info("call", attrs...)
+}
+
+// answer writes a 200 pack-protocol response with the headers every 200
+// answer carries.
+func (s *Server) answer(w http.ResponseWriter, c *catalog, start time.Time, msg any, usage *executor.Usage, callID string) {
+	b, err := json.Marshal(msg)
+	if err != nil {
+		s.internal(w, c, fmt.Errorf("cannot encode the answer: %w", err))
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set(HeaderDuration, strconv.FormatInt(time.Since(start).Milliseconds(), 10))
+	h.Set(HeaderArtifact, c.artifactVersion)
+	if usage != nil {
+		u, _ := json.Marshal(usage)
+		h.Set(HeaderUsage, string(u))
+	}
+	if callID != "" {
+		h.Set(HeaderCallID, callID)
+	}
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// internal answers 500: the service itself failed.
+func (s *Server) internal(w http.ResponseWriter, c *catalog, err error) {
+	s.log.Error("internal-error", "error", err.Error())
+	if c != nil {
+		w.Header().Set(HeaderArtifact, c.artifactVersion)
+	}
+	transportError(w, http.StatusInternalServerError, "internal error")
+}
+
+func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	timeout := parseTimeout(r.Header.Get(HeaderTimeout))
+	deadline := start.Add(timeout)
+
+	// The drain check and the registration of an accepted call are atomic,
+	// so a drain waits for exactly the calls it let in.
+	s.lifeMu.Lock()
+	if s.draining {
+		s.lifeMu.Unlock()
+		s.metrics.reject("draining")
+		transportError(w, http.StatusServiceUnavailable, "draining")
+		return
+	}
+	s.accepted.Add(1)
+	s.active.Add(1)
+	s.lifeMu.Unlock()
+	defer func() {
+		s.active.Add(-1)
+		s.accepted.Done()
+	}()
+	if !s.Ready() {
+		s.metrics.reject("not-ready")
+		transportError(w, http.StatusServiceUnavailable, "not ready")
+		return
+	}
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "application/json" {
+		transportError(w, http.StatusUnsupportedMediaType, "the body must be application/json")
+		return
+	}
+	if r.ContentLength > MaxBodyBytes {
+		transportError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes", MaxBodyBytes))
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			transportError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes", MaxBodyBytes))
+		}
+		return // the client went away mid-body: nothing ran, nobody to answer
+	}
+
+	c := s.current()
+	defer c.release()
+	traceID, spanID := parseTraceparent(r.Header.Get(HeaderTraceparent))
+	inv, werr := parseFrame(body)
+	if werr != nil {
+		if werr.CheckID != "" {
+			s.record(&callRecord{id: werr.CheckID, target: "check", outcome: string(werr.Code), start: start, traceID: traceID, spanID: spanID})
+		}
+		s.answer(w, c, start, werr, nil, "")
+		return
+	}
+	if inv.ctx.RunID == "" {
+		inv.ctx.RunID = r.Header.Get(HeaderRunID)
+	}
+	if inv.ctx.RequestID == "" {
+		inv.ctx.RequestID = r.Header.Get(HeaderRequestID)
+	}
+	rec := &callRecord{id: inv.toolID, target: "tool", start: start, cc: inv.ctx, traceID: traceID, spanID: spanID}
+	fail := func(e wireError, usage *executor.Usage, callID string) {
+		rec.outcome = string(e.Code)
+		if e.Cause != nil {
+			var nc struct{ Name string }
+			_ = json.Unmarshal(e.Cause, &nc)
+			rec.code = nc.Name
+		}
+		s.answer(w, c, start, e, usage, callID)
+		s.record(rec)
+		s.metrics.call(inv.toolID, rec.outcome, time.Since(start).Seconds(), usage != nil, usageCPU(usage), usagePeak(usage))
+	}
+	e, ok := c.tools[inv.toolID]
+	if !ok {
+		we := protoErr(WireToolNotInPack, "tool %q is not in pack %s", clip(inv.toolID), c.packID)
+		we.ToolID = inv.toolID
+		fail(we, nil, "")
+		return
+	}
+	if inv.hasVersion && inv.toolVersion != e.version {
+		we := protoErr(WireToolVersionMismatch, "tool %s is version %q here, not %q", inv.toolID, e.version, clip(inv.toolVersion))
+		we.ToolID = inv.toolID
+		fail(we, nil, "")
+		return
+	}
+
+	// Admission: the per-tool cap, then a global slot (queueing if there
+	// is room). A refusal is a 503: the call provably did not run.
+	select {
+	case e.inflight <- struct{}{}:
+	default:
+		s.metrics.reject("tool-busy")
+		transportError(w, http.StatusServiceUnavailable, "tool "+inv.toolID+" is at its concurrency cap")
+		return
+	}
+	ctx, cancel := context.WithDeadline(r.Context(), deadline)
+	defer cancel()
+	ok, qerr := s.adm.enter(ctx)
+	if !ok {
+		<-e.inflight
+		switch {
+		case qerr == nil:
+			s.metrics.reject("over-capacity")
+			transportError(w, http.StatusServiceUnavailable, "over capacity")
+		case errors.Is(qerr, context.DeadlineExceeded):
+			fail(wireError{V: ProtocolVersion, Kind: "error", Code: WireDeadlineExceeded, ToolID: inv.toolID,
+				Message: fmt.Sprintf("the %d ms deadline passed while the call waited for a slot", timeout.Milliseconds())}, nil, "")
+		default:
+			rec.outcome = string(WireCancelled)
+			s.record(rec)
+			s.metrics.call(inv.toolID, rec.outcome, time.Since(start).Seconds(), false, 0, 0)
+		}
+		return
+	}
+
+	// The guest runs on its own goroutine so that the answer can go out at
+	// the deadline without waiting for it; its slots are released when it
+	// has really stopped.
+	callID := executor.NewCallID()
+	rec.callID = callID
+	type outcome struct {
+		res *executor.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		defer func() {
+			s.adm.leave()
+			<-e.inflight
+		}()
+		res, err := e.tool.Invoke(ctx, executor.Request{CallID: callID, Input: inv.input, Context: inv.ctx})
+		done <- outcome{res, err}
+	}()
+	var o outcome
+	select {
+	case o = <-done:
+	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			fail(wireError{V: ProtocolVersion, Kind: "error", Code: WireDeadlineExceeded, ToolID: inv.toolID,
+				Message: fmt.Sprintf("the %d ms deadline passed before the handler finished", timeout.Milliseconds())}, nil, callID)
+			return
+		}
+		// The client went away: the guest is being cancelled; wait for it
+		// to stop so that the record carries what it used.
+		o = <-done
+		if o.err == nil {
+			o.err = toolerr.New(toolerr.Cancelled, "the caller closed the connection")
+		}
+		if te := toolerr.As(o.err); te.Code != toolerr.Cancelled {
+			o.err = toolerr.Wrap(toolerr.Cancelled, te, "the caller closed the connection")
+		}
+	}
+	var usage *executor.Usage
+	if o.res != nil {
+		u := o.res.Usage
+		usage = &u
+	}
+	if o.err == nil {
+		rec.outcome = "ok"
+		s.answer(w, c, start, wireResult{V: ProtocolVersion, Kind: "result", Output: o.res.Output}, usage, callID)
+		s.record(rec)
+		s.metrics.call(inv.toolID, rec.outcome, time.Since(start).Seconds(), true, usageCPU(usage), usagePeak(usage))
+		return
+	}
+	te := toolerr.As(o.err).WithTool(inv.toolID)
+	we, ok := toWire(te)
+	if !ok {
+		rec.outcome, rec.code = "internal-error", string(te.Code)
+		s.internal(w, c, te)
+		s.record(rec)
+		s.metrics.call(inv.toolID, rec.outcome, time.Since(start).Seconds(), usage != nil, usageCPU(usage), usagePeak(usage))
+		return
+	}
+	fail(we, usage, callID)
+}
+
+func usageCPU(u *executor.Usage) float64 {
+	if u == nil {
+		return 0
+	}
+	return u.CPUMs
+}
+
+func usagePeak(u *executor.Usage) float64 {
+	if u == nil {
+		return 0
+	}
+	return u.PeakMemMB
+}

@@ -1,0 +1,372 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/sandboxd/sandboxd/executor"
+	"github.com/sandboxd/sandboxd/toolerr"
+)
+
+// ProtocolVersion is the pack-protocol version sandboxd speaks.
+const ProtocolVersion = 2
+
+// WireCode is one of the 14 codes of the pack protocol's closed errorCode
+// enum (the wire face of DESIGN.md "Errors").
+type WireCode string
+
+// The wire codes.
+const (
+	WireInputValidationFailed  WireCode = "input-validation-failed"
+	WireOutputValidationFailed WireCode = "output-validation-failed"
+	WireHandlerImportFailed    WireCode = "handler-import-failed"
+	WireHandlerShapeInvalid    WireCode = "handler-shape-invalid"
+	WireHandlerThrow           WireCode = "handler-throw"
+	WireCheckShapeInvalid      WireCode = "check-shape-invalid"
+	WireMalformedMessage       WireCode = "malformed-message"
+	WireUnknownProtocolVersion WireCode = "unknown-protocol-version"
+	WireUnexpectedMessageKind  WireCode = "unexpected-message-kind"
+	WireToolNotInPack          WireCode = "tool-not-in-pack"
+	WireCheckNotInPack         WireCode = "check-not-in-pack"
+	WireToolVersionMismatch    WireCode = "tool-version-mismatch"
+	WireDeadlineExceeded       WireCode = "deadline-exceeded"
+	WireCancelled              WireCode = "cancelled"
+)
+
+// WireCodeOf maps a native code to its wire code: codes in the enum map to
+// themselves; handler-error, handler-trap and limits-exceeded map to
+// handler-throw; artifact-*, level-not-supported, policy-refused and
+// invalid-tool-definition map to handler-import-failed. internal-error has
+// no wire code (ok is false): it is an HTTP 500.
+func WireCodeOf(c toolerr.Code) (code WireCode, ok bool) {
+	switch c {
+	case toolerr.InputValidationFailed, toolerr.OutputValidationFailed, toolerr.HandlerShapeInvalid,
+		toolerr.MalformedMessage, toolerr.UnknownProtocolVersion, toolerr.UnexpectedMessageKind,
+		toolerr.ToolNotInPack, toolerr.ToolVersionMismatch, toolerr.DeadlineExceeded, toolerr.Cancelled:
+		return WireCode(c), true
+	case toolerr.HandlerError, toolerr.HandlerTrap, toolerr.LimitsExceeded:
+		return WireHandlerThrow, true
+	case toolerr.ArtifactUnavailable, toolerr.ArtifactIntegrityFailed, toolerr.ArtifactRefused,
+		toolerr.LevelNotSupported, toolerr.PolicyRefused, toolerr.InvalidToolDefinition:
+		return WireHandlerImportFailed, true
+	}
+	return "", false
+}
+
+// wireResult is the closed toolResult message.
+type wireResult struct {
+	V      int             `json:"v"`
+	Kind   string          `json:"kind"`
+	Output json.RawMessage `json:"output"`
+}
+
+// wireError is the closed error message.
+type wireError struct {
+	V       int             `json:"v"`
+	Kind    string          `json:"kind"`
+	Code    WireCode        `json:"code"`
+	Message string          `json:"message"`
+	ToolID  string          `json:"toolId,omitempty"`
+	CheckID string          `json:"checkId,omitempty"`
+	Cause   json.RawMessage `json:"cause,omitempty"`
+	Issues  []toolerr.Issue `json:"issues,omitempty"`
+}
+
+// toWire renders a native failure on the wire. ok is false for
+// internal-error. The native code and details travel in cause
+// ({"name":native code,"message":…,details…}) when the wire code differs
+// from the native one or there are details.
+func toWire(e *toolerr.Error) (wireError, bool) {
+	code, ok := WireCodeOf(e.Code)
+	if !ok {
+		return wireError{}, false
+	}
+	w := wireError{V: ProtocolVersion, Kind: "error", Code: code, Message: e.Message, ToolID: e.ToolID, Issues: wireIssues(e.Issues)}
+	if w.Message == "" {
+		w.Message = string(e.Code)
+	}
+	if string(code) != string(e.Code) || len(e.Details) > 0 {
+		w.Cause = cause(string(e.Code), e.Message, e.Details)
+	}
+	return w, true
+}
+
+// cause encodes {"name","message",details… (sorted)}; name and message
+// always come first and details never override them.
+func cause(name, message string, details map[string]any) json.RawMessage {
+	var b bytes.Buffer
+	enc := func(v any) {
+		j, err := json.Marshal(v)
+		if err != nil {
+			j = []byte(`null`)
+		}
+		b.Write(j)
+	}
+	b.WriteString(`{"name":`)
+	enc(name)
+	b.WriteString(`,"message":`)
+	enc(message)
+	keys := make([]string, 0, len(details))
+	for k := range details {
+		if k != "name" && k != "message" {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		b.WriteByte(',')
+		enc(k)
+		b.WriteByte(':')
+		enc(details[k])
+	}
+	b.WriteByte('}')
+	return b.Bytes()
+}
+
+// wireIssues makes issues fit the protocol's issue shape (params an
+// object, never null).
+func wireIssues(in []toolerr.Issue) []toolerr.Issue {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]toolerr.Issue, len(in))
+	for i, is := range in {
+		if is.Params == nil {
+			is.Params = map[string]any{}
+		}
+		out[i] = is
+	}
+	return out
+}
+
+func protoErr(code WireCode, format string, args ...any) wireError {
+	return wireError{V: ProtocolVersion, Kind: "error", Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// invoke is a parsed, shape-checked toolInvoke.
+type invoke struct {
+	toolID, toolVersion string
+	hasVersion          bool
+	input               json.RawMessage
+	ctx                 executor.CallContext
+}
+
+// parseFrame checks a request body against the pack protocol's request
+// shapes. It returns the invoke, or the error message to answer (a check
+// invoke is always answered with an error: sandboxd runs no checks).
+func parseFrame(body []byte) (*invoke, *wireError) {
+	fail := func(code WireCode, format string, args ...any) (*invoke, *wireError) {
+		e := protoErr(code, format, args...)
+		return nil, &e
+	}
+	var top map[string]json.RawMessage
+	if err := strictUnmarshal(body, &top); err != nil {
+		return fail(WireMalformedMessage, "the request is not a JSON object: %v", err)
+	}
+	if top == nil {
+		return fail(WireMalformedMessage, "the request is not a JSON object: null")
+	}
+	rawV, ok := top["v"]
+	if !ok {
+		return fail(WireMalformedMessage, "the request has no protocol version \"v\"")
+	}
+	if string(rawV) != "2" {
+		var n json.Number
+		if err := json.Unmarshal(rawV, &n); err == nil {
+			if f, err := n.Float64(); err == nil && f == 2 {
+				goto versionOK
+			}
+		}
+		return fail(WireUnknownProtocolVersion, "protocol version %s is not supported (this service speaks v2)", clip(string(rawV)))
+	}
+versionOK:
+	var kind string
+	if err := json.Unmarshal(top["kind"], &kind); err != nil || top["kind"] == nil {
+		return fail(WireMalformedMessage, "the request has no string \"kind\"")
+	}
+	switch kind {
+	case "invoke":
+	case "check-invoke":
+		return parseCheck(top)
+	default:
+		return fail(WireUnexpectedMessageKind, "a pack service answers \"invoke\" and \"check-invoke\", not %q", clip(kind))
+	}
+	for k := range top {
+		switch k {
+		case "v", "kind", "tool", "input", "ctx":
+		default:
+			return fail(WireMalformedMessage, "unknown field %q in an invoke", clip(k))
+		}
+	}
+	var inv invoke
+	var tool map[string]json.RawMessage
+	if err := json.Unmarshal(top["tool"], &tool); err != nil || tool == nil {
+		return fail(WireMalformedMessage, "\"tool\" must be an object {id, version?}")
+	}
+	for k := range tool {
+		if k != "id" && k != "version" {
+			return fail(WireMalformedMessage, "unknown field %q in \"tool\"", clip(k))
+		}
+	}
+	if err := json.Unmarshal(tool["id"], &inv.toolID); err != nil || inv.toolID == "" {
+		return fail(WireMalformedMessage, "\"tool.id\" must be a non-empty string")
+	}
+	if v, ok := tool["version"]; ok {
+		if err := json.Unmarshal(v, &inv.toolVersion); err != nil || string(v) == "null" {
+			return fail(WireMalformedMessage, "\"tool.version\" must be a string")
+		}
+		inv.hasVersion = true
+	}
+	in, ok := top["input"]
+	if !ok {
+		return fail(WireMalformedMessage, "the invoke has no \"input\"")
+	}
+	inv.input = in
+	rawCtx, ok := top["ctx"]
+	if !ok {
+		return fail(WireMalformedMessage, "the invoke has no \"ctx\"")
+	}
+	if msg := parseCallContext(rawCtx, &inv.ctx); msg != "" {
+		return fail(WireMalformedMessage, "%s", msg)
+	}
+	return &inv, nil
+}
+
+func parseCheck(top map[string]json.RawMessage) (*invoke, *wireError) {
+	fail := func(code WireCode, format string, args ...any) (*invoke, *wireError) {
+		e := protoErr(code, format, args...)
+		return nil, &e
+	}
+	for k := range top {
+		switch k {
+		case "v", "kind", "check", "config", "trace":
+		default:
+			return fail(WireMalformedMessage, "unknown field %q in a check-invoke", clip(k))
+		}
+	}
+	var check map[string]json.RawMessage
+	if err := json.Unmarshal(top["check"], &check); err != nil || check == nil {
+		return fail(WireMalformedMessage, "\"check\" must be an object {id}")
+	}
+	for k := range check {
+		if k != "id" {
+			return fail(WireMalformedMessage, "unknown field %q in \"check\"", clip(k))
+		}
+	}
+	var id string
+	if err := json.Unmarshal(check["id"], &id); err != nil || id == "" {
+		return fail(WireMalformedMessage, "\"check.id\" must be a non-empty string")
+	}
+	var cfg map[string]json.RawMessage
+	if err := json.Unmarshal(top["config"], &cfg); err != nil || cfg == nil {
+		return fail(WireMalformedMessage, "\"config\" must be an object")
+	}
+	if _, ok := top["trace"]; !ok {
+		return fail(WireMalformedMessage, "the check-invoke has no \"trace\"")
+	}
+	e := protoErr(WireCheckNotInPack, "check %q is not in this pack: sandboxd serves tools only", clip(id))
+	e.CheckID = id
+	return nil, &e
+}
+
+// parseCallContext decodes ctx: tenantId and runId are required strings,
+// the known optional fields must have their types, unknown fields are
+// accepted and ignored. It returns a problem description or "".
+func parseCallContext(raw json.RawMessage, cc *executor.CallContext) string {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
+		return "\"ctx\" must be an object {tenantId, runId, …}"
+	}
+	str := func(name string, dst *string, required bool) string {
+		v, ok := m[name]
+		if !ok {
+			if required {
+				return fmt.Sprintf("\"ctx.%s\" is required", name)
+			}
+			return ""
+		}
+		if err := json.Unmarshal(v, dst); err != nil || string(v) == "null" {
+			return fmt.Sprintf("\"ctx.%s\" must be a string", name)
+		}
+		return ""
+	}
+	for _, f := range []struct {
+		name     string
+		dst      *string
+		required bool
+	}{
+		{"tenantId", &cc.TenantID, true}, {"runId", &cc.RunID, true},
+		{"projectId", &cc.ProjectID, false}, {"orgId", &cc.OrgID, false},
+		{"requestId", &cc.RequestID, false}, {"idempotencyKey", &cc.IdempotencyKey, false},
+	} {
+		if p := str(f.name, f.dst, f.required); p != "" {
+			return p
+		}
+	}
+	if v, ok := m["env"]; ok {
+		if err := json.Unmarshal(v, &cc.Env); err != nil || string(v) == "null" {
+			return "\"ctx.env\" must be an object of strings"
+		}
+	}
+	if v, ok := m["secrets"]; ok {
+		var sec map[string]json.RawMessage
+		if err := json.Unmarshal(v, &sec); err != nil || sec == nil {
+			return "\"ctx.secrets\" must be an object"
+		}
+		cc.Secrets = map[string]string{}
+		for k, raw := range sec {
+			var s string
+			if json.Unmarshal(raw, &s) == nil {
+				cc.Secrets[k] = s
+			} else {
+				cc.Secrets[k] = string(raw) // a structured secret reaches the guest as JSON text
+			}
+		}
+	}
+	if v, ok := m["config"]; ok {
+		if err := json.Unmarshal(v, &cc.Config); err != nil || cc.Config == nil {
+			return "\"ctx.config\" must be an object"
+		}
+	}
+	if v, ok := m["settings"]; ok {
+		var s map[string]map[string]json.RawMessage
+		if err := json.Unmarshal(v, &s); err != nil || s == nil {
+			return "\"ctx.settings\" must be an object of objects"
+		}
+		for _, blk := range s {
+			if blk == nil {
+				return "\"ctx.settings\" must be an object of objects"
+			}
+		}
+		cc.Settings = v
+	}
+	return ""
+}
+
+// strictUnmarshal decodes exactly one JSON value (trailing data refused).
+func strictUnmarshal(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return fmt.Errorf("data after the JSON value")
+	}
+	var extra json.RawMessage
+	if err := dec.Decode(&extra); err == nil {
+		return fmt.Errorf("data after the JSON value")
+	}
+	return nil
+}
+
+// clip shortens caller-supplied text echoed in a message.
+func clip(s string) string {
+	const n = 80
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
+}
