@@ -1,0 +1,302 @@
+package artifact
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandboxd/toolerr"
+)
+
+// cache is the on-disk, content-addressed blob store shared by every
+// sandboxd process that names the same directory:
+//
+//	<root>/blobs/sha256/<hex>              verified blobs (manifests, configs, layers, modules)
+//	<root>/modules/sha256/<manifest>/<key> the digest of a module found inside image layers
+//	<root>/tmp/                            downloads in progress
+//
+// A file reaches blobs/ only by rename after its bytes were fsynced and
+// verified against its digest, so a crash never leaves a partial blob under a
+// final name; readers re-verify anyway.
+type cache struct{ root string }
+
+// openCache creates root (mode 0700) with its subdirectories and refuses a
+// directory that other users could write to or that another user owns.
+func openCache(root string) (*cache, error) {
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return nil, toolerr.Wrap(toolerr.ArtifactRefused, err, "artifact cache directory")
+	}
+	if err := os.MkdirAll(abs, 0o700); err != nil {
+		return nil, toolerr.Wrap(toolerr.ArtifactUnavailable, err, "cannot create the artifact cache directory")
+	}
+	st, err := os.Stat(abs)
+	if err != nil {
+		return nil, toolerr.Wrap(toolerr.ArtifactUnavailable, err, "artifact cache directory")
+	}
+	if !st.IsDir() {
+		return nil, toolerr.New(toolerr.ArtifactRefused, "artifact cache %s is not a directory", abs)
+	}
+	if st.Mode().Perm()&0o022 != 0 {
+		return nil, toolerr.New(toolerr.ArtifactRefused, "artifact cache directory %s is writable by other users (mode %v); refusing to run code from it", abs, st.Mode().Perm())
+	}
+	if err := checkOwner(abs, st); err != nil {
+		return nil, toolerr.Wrap(toolerr.ArtifactRefused, err, "")
+	}
+	c := &cache{root: abs}
+	for _, d := range []string{c.dir("blobs", "sha256"), c.dir("modules", "sha256"), c.dir("tmp")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, toolerr.Wrap(toolerr.ArtifactUnavailable, err, "cannot create the artifact cache directory")
+		}
+	}
+	c.sweep(24 * time.Hour)
+	return c, nil
+}
+
+func (c *cache) dir(parts ...string) string {
+	return filepath.Join(append([]string{c.root}, parts...)...)
+}
+
+// blobPath is where the blob with digest d lives. d must have passed checkDigest.
+func (c *cache) blobPath(d string) string {
+	return c.dir("blobs", "sha256", strings.TrimPrefix(d, "sha256:"))
+}
+
+// sweep removes temporary files older than age: leftovers of processes that
+// died mid-download. Younger ones may belong to a live download.
+func (c *cache) sweep(age time.Duration) {
+	ents, err := os.ReadDir(c.dir("tmp"))
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > age {
+			_ = os.Remove(filepath.Join(c.dir("tmp"), e.Name()))
+		}
+	}
+}
+
+// has reports whether a blob with digest d and size size is cached. It does
+// not read the bytes; openBlob verifies them.
+func (c *cache) has(d string, size int64) bool {
+	st, err := os.Stat(c.blobPath(d))
+	return err == nil && st.Mode().IsRegular() && (size < 0 || st.Size() == size)
+}
+
+// openBlob opens a cached blob as a reader that verifies size and digest as
+// it is read. errNotCached means the blob is absent or has the wrong size
+// (it is removed, so it is fetched again).
+func (c *cache) openBlob(d string, size int64) (io.ReadCloser, error) {
+	p := c.blobPath(d)
+	f, err := os.Open(p)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, errNotCached
+		}
+		return nil, toolerr.Wrap(toolerr.ArtifactUnavailable, err, "cannot read the artifact cache")
+	}
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() || (size >= 0 && st.Size() != size) {
+		f.Close()
+		_ = os.Remove(p)
+		return nil, errNotCached
+	}
+	return &verifier{r: f, c: f, digest: d, size: st.Size(), h: sha256.New(), what: "cached blob"}, nil
+}
+
+// readBlob returns a cached blob's bytes after verifying them. A blob that
+// fails verification is removed and reported as errNotCached.
+func (c *cache) readBlob(d string, size int64) ([]byte, error) {
+	rc, err := c.openBlob(d, size)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		_ = os.Remove(c.blobPath(d))
+		return nil, errNotCached
+	}
+	return b, nil
+}
+
+var errNotCached = errors.New("not cached")
+
+// write streams r into the cache as the blob d of exactly size bytes (size < 0:
+// unknown, capped by max). The bytes are hashed while copied, fsynced, checked
+// and only then renamed into place. progress, when set, is called with the
+// bytes written so far.
+func (c *cache) write(d string, size, max int64, r io.Reader, progress func(int64)) error {
+	tmp, err := os.CreateTemp(c.dir("tmp"), strings.TrimPrefix(d, "sha256:")[:16]+".*")
+	if err != nil {
+		return toolerr.Wrap(toolerr.ArtifactUnavailable, err, "cannot write to the artifact cache")
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	limit := max
+	if size >= 0 {
+		limit = size
+	}
+	v := &verifier{r: io.LimitReader(r, limit+1), digest: d, size: size, h: sha256.New(), what: "blob"}
+	var dst io.Writer = tmp
+	if progress != nil {
+		dst = &progressWriter{w: tmp, fn: progress}
+	}
+	n, err := io.Copy(dst, v)
+	if err != nil {
+		return err
+	}
+	if size < 0 && n > max {
+		return toolerr.New(toolerr.ArtifactRefused, "blob %s is larger than the %d-byte cap", d, max)
+	}
+	if err := tmp.Sync(); err != nil {
+		return toolerr.Wrap(toolerr.ArtifactUnavailable, err, "cannot write to the artifact cache")
+	}
+	if err := tmp.Close(); err != nil {
+		return toolerr.Wrap(toolerr.ArtifactUnavailable, err, "cannot write to the artifact cache")
+	}
+	if err := os.Rename(tmp.Name(), c.blobPath(d)); err != nil {
+		return toolerr.Wrap(toolerr.ArtifactUnavailable, err, "cannot write to the artifact cache")
+	}
+	ok = true
+	syncDir(filepath.Dir(c.blobPath(d)))
+	return nil
+}
+
+// putBytes stores b, already verified to have digest d.
+func (c *cache) putBytes(d string, b []byte) error {
+	if c.has(d, int64(len(b))) {
+		return nil
+	}
+	return c.write(d, int64(len(b)), int64(len(b)), strings.NewReader(string(b)), nil)
+}
+
+// moduleKey names the memo of where modulePath lives inside manifest m.
+func (c *cache) moduleMemo(manifest, modulePath string) string {
+	sum := sha256.Sum256([]byte(modulePath))
+	return c.dir("modules", "sha256", strings.TrimPrefix(manifest, "sha256:"), hex.EncodeToString(sum[:]))
+}
+
+// lookupModule returns the module digest memoised for (manifest, modulePath).
+func (c *cache) lookupModule(manifest, modulePath string) (string, bool) {
+	b, err := os.ReadFile(c.moduleMemo(manifest, modulePath))
+	if err != nil {
+		return "", false
+	}
+	d := strings.TrimSpace(string(b))
+	if checkDigest(d) != nil {
+		return "", false
+	}
+	return d, true
+}
+
+// rememberModule memoises that modulePath inside manifest is the blob d.
+// It is an optimisation: failures are ignored.
+func (c *cache) rememberModule(manifest, modulePath, d string) {
+	p := c.moduleMemo(manifest, modulePath)
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return
+	}
+	tmp, err := os.CreateTemp(c.dir("tmp"), "memo.*")
+	if err != nil {
+		return
+	}
+	_, err = tmp.WriteString(d + "\n")
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), p)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+	}
+}
+
+func syncDir(dir string) {
+	if f, err := os.Open(dir); err == nil {
+		_ = f.Sync()
+		f.Close()
+	}
+}
+
+// verifier passes bytes through while hashing them. It reports
+// artifact-integrity-failed when the stream is longer than size, ends short
+// (a clean EOF) or does not hash to digest. Errors of the underlying reader
+// pass through unchanged (an interrupted download is not an integrity
+// failure). size < 0 skips the length check.
+type verifier struct {
+	r      io.Reader
+	c      io.Closer
+	digest string
+	size   int64
+	n      int64
+	h      hash.Hash
+	what   string
+	done   bool
+}
+
+func (v *verifier) Read(p []byte) (int, error) {
+	if v.done {
+		return 0, io.EOF
+	}
+	n, err := v.r.Read(p)
+	v.n += int64(n)
+	v.h.Write(p[:n])
+	if v.size >= 0 && v.n > v.size {
+		return 0, toolerr.New(toolerr.ArtifactIntegrityFailed, "%s %s is longer than its descriptor's %d bytes", v.what, v.digest, v.size)
+	}
+	if err == io.EOF {
+		if v.size >= 0 && v.n != v.size {
+			return n, toolerr.New(toolerr.ArtifactIntegrityFailed, "%s %s has %d bytes, its descriptor says %d", v.what, v.digest, v.n, v.size)
+		}
+		if got := "sha256:" + hex.EncodeToString(v.h.Sum(nil)); got != v.digest {
+			return n, toolerr.New(toolerr.ArtifactIntegrityFailed, "%s content hashes to %s, not the expected %s", v.what, got, v.digest)
+		}
+		v.done = true
+	}
+	return n, err
+}
+
+func (v *verifier) Close() error {
+	if v.c != nil {
+		return v.c.Close()
+	}
+	return nil
+}
+
+type progressWriter struct {
+	w  io.Writer
+	n  int64
+	fn func(int64)
+}
+
+func (p *progressWriter) Write(b []byte) (int, error) {
+	n, err := p.w.Write(b)
+	p.n += int64(n)
+	p.fn(p.n)
+	return n, err
+}
+
+func describe(d string) string {
+	if len(d) > 19 {
+		return d[:19]
+	}
+	return fmt.Sprint(d)
+}

@@ -1,0 +1,187 @@
+package artifact
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/sandboxd/sandboxd/toolerr"
+)
+
+// PushModule is one module of an artifact to push.
+type PushModule struct {
+	// Title is the layer's org.opencontainers.image.title: the modulePath
+	// a codeArtifactRef names it by.
+	Title string
+	// Wasm is the module binary.
+	Wasm []byte
+}
+
+// wasmConfig is the CNCF Wasm artifact config
+// (application/vnd.wasm.config.v0+json).
+type wasmConfig struct {
+	Architecture string   `json:"architecture"`
+	OS           string   `json:"os"`
+	LayerDigests []string `json:"layerDigests"`
+}
+
+// BuildArtifact returns the blobs (by digest) and manifest of a CNCF Wasm
+// OCI artifact holding modules, annotated with version. The bytes depend
+// only on the inputs, so pushing the same modules twice gives one digest.
+func BuildArtifact(version string, modules []PushModule) (blobs map[string][]byte, manifest []byte, err error) {
+	if version == "" {
+		return nil, nil, toolerr.New(toolerr.ArtifactRefused, "an artifact needs a version (org.opencontainers.image.version)")
+	}
+	if len(modules) == 0 {
+		return nil, nil, toolerr.New(toolerr.ArtifactRefused, "an artifact needs at least one module")
+	}
+	blobs = map[string][]byte{}
+	seen := map[string]bool{}
+	doc := manifestDoc{
+		SchemaVersion: 2,
+		MediaType:     mediaTypeOCIManifest,
+		Annotations:   map[string]string{AnnotationVersion: version},
+	}
+	var cfg wasmConfig
+	cfg.Architecture, cfg.OS = "wasm", "wasip1"
+	for _, m := range modules {
+		if m.Title == "" {
+			return nil, nil, toolerr.New(toolerr.ArtifactRefused, "a module has no title")
+		}
+		if seen[cleanPath(m.Title)] {
+			return nil, nil, toolerr.New(toolerr.ArtifactRefused, "two modules are titled %q", m.Title)
+		}
+		seen[cleanPath(m.Title)] = true
+		if !bytes.HasPrefix(m.Wasm, []byte("\x00asm")) {
+			return nil, nil, toolerr.New(toolerr.ArtifactRefused, "module %q is not a WebAssembly binary", m.Title)
+		}
+		d := Digest(m.Wasm)
+		blobs[d] = m.Wasm
+		cfg.LayerDigests = append(cfg.LayerDigests, d)
+		doc.Layers = append(doc.Layers, descriptor{
+			MediaType:   MediaTypeWasmLayer,
+			Digest:      d,
+			Size:        int64(len(m.Wasm)),
+			Annotations: map[string]string{AnnotationTitle: m.Title},
+		})
+	}
+	cb, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, nil, toolerr.Wrap(toolerr.Internal, err, "")
+	}
+	cd := Digest(cb)
+	blobs[cd] = cb
+	doc.Config = &descriptor{MediaType: MediaTypeWasmConfig, Digest: cd, Size: int64(len(cb))}
+	manifest, err = json.Marshal(doc)
+	if err != nil {
+		return nil, nil, toolerr.Wrap(toolerr.Internal, err, "")
+	}
+	return blobs, manifest, nil
+}
+
+type rawManifest struct {
+	b  []byte
+	mt string
+}
+
+func (m rawManifest) RawManifest() ([]byte, error)        { return m.b, nil }
+func (m rawManifest) MediaType() (types.MediaType, error) { return types.MediaType(m.mt), nil }
+
+// Push builds a CNCF Wasm OCI artifact from modules (see BuildArtifact) and
+// pushes it to imageRef, a registry tag ("registry/repo:tag") or an OCI
+// layout ("oci-layout:dir[:tag]", created when absent). A registry push also
+// fills the local cache, so the pushing host resolves the artifact offline.
+// It returns the pushed artifact; its Ref is the digest-pinned reference.
+func (o *OCI) Push(ctx context.Context, imageRef, version string, modules []PushModule, opts ...CallOption) (*Artifact, error) {
+	var co callOptions
+	for _, opt := range opts {
+		opt(&co)
+	}
+	r, err := parseImageRef(imageRef, o.insecure)
+	if err != nil {
+		return nil, err
+	}
+	if r.pinned() {
+		return nil, toolerr.New(toolerr.ArtifactRefused, "push to a tag, not a digest: %s", imageRef)
+	}
+	for _, m := range modules {
+		if int64(len(m.Wasm)) > o.cfg.maxBlob {
+			return nil, toolerr.New(toolerr.ArtifactRefused, "module %q is %d bytes, over the %d-byte cap", m.Title, len(m.Wasm), o.cfg.maxBlob)
+		}
+	}
+	blobs, manifest, err := BuildArtifact(version, modules)
+	if err != nil {
+		return nil, err
+	}
+	md := Digest(manifest)
+	doc, err := parseManifest(manifest, md)
+	if err != nil {
+		return nil, err
+	}
+	report := func(d string, n int64) {
+		if co.progress != nil {
+			co.progress(Progress{Digest: d, Done: n, Total: n})
+		}
+	}
+	if r.layout != "" {
+		if err := writeLayout(r.layout, r.tag, blobs, manifest, mediaTypeOCIManifest); err != nil {
+			return nil, err
+		}
+		for d, b := range blobs {
+			report(d, int64(len(b)))
+		}
+	} else {
+		p, err := o.pusher()
+		if err != nil {
+			return nil, err
+		}
+		order := append([]descriptor{*doc.Config}, doc.Layers...)
+		for _, l := range order {
+			if err := p.Upload(ctx, r.repo, static.NewLayer(blobs[l.Digest], types.MediaType(l.MediaType))); err != nil {
+				return nil, registryError(ctx, err, "pushing to "+r.repo.Name())
+			}
+			report(l.Digest, l.Size)
+		}
+		if err := p.Put(ctx, r.repo.Tag(r.tag), rawManifest{b: manifest, mt: mediaTypeOCIManifest}); err != nil {
+			return nil, registryError(ctx, err, "pushing the manifest to "+imageRef)
+		}
+		if c, err := o.openCache(); err == nil {
+			for d, b := range blobs {
+				_ = c.putBytes(d, b)
+			}
+			_ = c.putBytes(md, manifest)
+		}
+	}
+	art := &Artifact{
+		Ref:             r.canonical(md),
+		Digest:          md,
+		MediaType:       mediaTypeOCIManifest,
+		ConfigMediaType: MediaTypeWasmConfig,
+		Layout:          LayoutWasm,
+		Version:         version,
+		Size:            int64(len(manifest)) + doc.Config.Size,
+	}
+	for _, l := range doc.Layers {
+		art.Layers = append(art.Layers, Layer{MediaType: l.MediaType, Digest: l.Digest, Size: l.Size, Title: l.Annotations[AnnotationTitle]})
+		art.Size += l.Size
+	}
+	return art, nil
+}
+
+func (o *OCI) pusher() (*remote.Pusher, error) {
+	o.pushOnce.Do(func() {
+		o.push, o.pushErr = remote.NewPusher(
+			remote.WithAuthFromKeychain(o.cfg.keychain),
+			remote.WithTransport(&schemeGuard{inner: o.base, insecure: o.insecure}),
+			remote.WithUserAgent("sandboxd"),
+		)
+	})
+	if o.pushErr != nil {
+		return nil, toolerr.Wrap(toolerr.Internal, o.pushErr, "cannot create the registry pusher")
+	}
+	return o.push, nil
+}

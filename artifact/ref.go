@@ -1,0 +1,141 @@
+package artifact
+
+import (
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/name"
+
+	"github.com/sandboxd/sandboxd/toolerr"
+)
+
+// LayoutPrefix starts an imageRef that names an OCI image layout directory:
+// "oci-layout:<dir>", "oci-layout:<dir>:<tag>" or "oci-layout:<dir>@sha256:<hex>".
+// See https://github.com/opencontainers/image-spec/blob/main/image-layout.md.
+const LayoutPrefix = "oci-layout:"
+
+// imageRef is a parsed imageRef: either a registry reference or a layout
+// directory, plus the tag or digest that names the manifest.
+type imageRef struct {
+	raw    string
+	layout string          // layout directory; "" for registry refs
+	repo   name.Repository // registry refs only
+	tag    string          // "" when pinned by digest only
+	digest string          // "sha256:<hex>" when pinned
+}
+
+// pinned reports whether the manifest is named by digest.
+func (r *imageRef) pinned() bool { return r.digest != "" }
+
+// canonical is the digest-pinned form of the reference for digest d.
+func (r *imageRef) canonical(d string) string {
+	if r.layout != "" {
+		return LayoutPrefix + r.layout + "@" + d
+	}
+	return r.repo.Name() + "@" + d
+}
+
+// String names the reference as the user wrote it.
+func (r *imageRef) String() string { return r.raw }
+
+// DigestPinned reports whether imageRef names its manifest by digest
+// ("registry/repo@sha256:…", "registry/repo:tag@sha256:…",
+// "oci-layout:dir@sha256:…"). The strict posture requires it.
+func DigestPinned(imageRef string) bool {
+	r, err := parseImageRef(imageRef, nil)
+	return err == nil && r.pinned()
+}
+
+// parseImageRef parses an imageRef. insecure reports whether a registry
+// host:port may be reached over plain HTTP.
+func parseImageRef(s string, insecure map[string]bool) (*imageRef, error) {
+	if s == "" {
+		return nil, toolerr.New(toolerr.ArtifactUnavailable, "empty imageRef")
+	}
+	if strings.ContainsAny(s, "\x00\n\r") {
+		return nil, toolerr.New(toolerr.ArtifactUnavailable, "imageRef %q contains control characters", s)
+	}
+	if rest, ok := strings.CutPrefix(s, LayoutPrefix); ok {
+		return parseLayoutRef(s, rest)
+	}
+	ref, err := name.ParseReference(s)
+	if err != nil {
+		return nil, toolerr.Wrap(toolerr.ArtifactUnavailable, err, fmt.Sprintf("invalid imageRef %q", s))
+	}
+	if insecure[ref.Context().RegistryStr()] {
+		if ref, err = name.ParseReference(s, name.Insecure); err != nil {
+			return nil, toolerr.Wrap(toolerr.ArtifactUnavailable, err, fmt.Sprintf("invalid imageRef %q", s))
+		}
+	}
+	r := &imageRef{raw: s, repo: ref.Context()}
+	switch v := ref.(type) {
+	case name.Digest:
+		if err := checkDigest(v.DigestStr()); err != nil {
+			return nil, toolerr.Wrap(toolerr.ArtifactUnavailable, err, fmt.Sprintf("invalid imageRef %q", s))
+		}
+		// In "repo:tag@digest" the digest decides; the tag is ignored.
+		r.digest = v.DigestStr()
+	case name.Tag:
+		r.tag = v.TagStr()
+	}
+	return r, nil
+}
+
+func parseLayoutRef(raw, rest string) (*imageRef, error) {
+	r := &imageRef{raw: raw}
+	if dir, d, ok := strings.Cut(rest, "@"); ok {
+		if err := checkDigest(d); err != nil {
+			return nil, toolerr.Wrap(toolerr.ArtifactUnavailable, err, fmt.Sprintf("invalid imageRef %q", raw))
+		}
+		rest, r.digest = dir, d
+	}
+	if i := strings.LastIndex(rest, ":"); i >= 0 && i > strings.LastIndex(rest, "/") {
+		rest, r.tag = rest[:i], rest[i+1:]
+		if r.tag == "" {
+			return nil, toolerr.New(toolerr.ArtifactUnavailable, "invalid imageRef %q: empty tag", raw)
+		}
+	}
+	if rest == "" {
+		return nil, toolerr.New(toolerr.ArtifactUnavailable, "invalid imageRef %q: no layout directory", raw)
+	}
+	r.layout = rest
+	return r, nil
+}
+
+// checkDigest accepts only "sha256:" followed by 64 lowercase hex digits.
+// Digests name files in the cache and in layout directories, so nothing
+// else may pass.
+func checkDigest(d string) error {
+	hexPart, ok := strings.CutPrefix(d, "sha256:")
+	if !ok {
+		return fmt.Errorf("digest %q: only sha256 digests are supported", d)
+	}
+	if len(hexPart) != 64 {
+		return fmt.Errorf("digest %q: want 64 hex digits", d)
+	}
+	for _, c := range hexPart {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return fmt.Errorf("digest %q: not lowercase hex", d)
+		}
+	}
+	return nil
+}
+
+// checkInsecureHost validates an --insecure-registry value: host:port (or a
+// bare host) whose host is loopback. Plain HTTP is never allowed elsewhere.
+func checkInsecureHost(h string) error {
+	host := h
+	if hh, _, err := net.SplitHostPort(h); err == nil {
+		host = hh
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if host == "localhost" {
+		return nil
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("insecure registry %q: plain HTTP is only allowed to loopback registries (localhost, 127.0.0.0/8, ::1)", h)
+	}
+	return nil
+}
