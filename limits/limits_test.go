@@ -1,0 +1,99 @@
+package limits
+
+import (
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func spin(d time.Duration, clock ThreadClock) {
+	start := clock.Now()
+	for clock.Now()-start < d {
+	}
+}
+
+func TestThreadClockCountsCPUNotSleep(t *testing.T) {
+	if !Supported() {
+		t.Skip("no per-thread CPU clock")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	c := CurrentThread()
+	before := c.Now()
+	time.Sleep(50 * time.Millisecond)
+	slept := c.Now() - before
+	spin(30*time.Millisecond, c)
+	spun := c.Now() - before - slept
+	if slept > 10*time.Millisecond {
+		t.Fatalf("sleeping 50ms charged %v of CPU", slept)
+	}
+	if spun < 30*time.Millisecond {
+		t.Fatalf("spinning 30ms charged only %v", spun)
+	}
+}
+
+func TestWatchdogFiresOnceAfterBudget(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	c := CurrentThread()
+	var fired atomic.Int32
+	var at atomic.Int64
+	w := StartWatchdog(c, 40*time.Millisecond, func(used time.Duration) { fired.Add(1); at.Store(int64(used)) })
+	deadline := time.Now().Add(5 * time.Second)
+	for fired.Load() == 0 && time.Now().Before(deadline) {
+	}
+	used, exceeded := w.Stop()
+	if !exceeded || fired.Load() != 1 {
+		t.Fatalf("exceeded=%v fired=%d", exceeded, fired.Load())
+	}
+	if got := time.Duration(at.Load()); got < 40*time.Millisecond || used < got {
+		t.Fatalf("fired at %v, used %v", got, used)
+	}
+}
+
+func TestWatchdogQuietWithinBudget(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	w := StartWatchdog(CurrentThread(), 30*time.Millisecond, func(time.Duration) { t.Error("fired while the thread slept") })
+	time.Sleep(100 * time.Millisecond) // wall time passes, CPU time does not
+	if _, exceeded := w.Stop(); exceeded {
+		t.Fatal("exceeded while sleeping")
+	}
+	time.Sleep(50 * time.Millisecond) // no callback after Stop
+}
+
+func TestAccount(t *testing.T) {
+	a := NewAccount(10 * PageSize)
+	lm := newLinearMemory(a, 1<<32)
+	if b := lm.Reallocate(4 * PageSize); len(b) != 4*PageSize {
+		t.Fatalf("grow to 4 pages: %d", len(b))
+	}
+	if !a.Reserve(5 * PageSize) {
+		t.Fatal("host reservation within the cap refused")
+	}
+	if b := lm.Reallocate(6 * PageSize); b != nil {
+		t.Fatal("linear growth past the cap (with host buffers) allowed")
+	}
+	if a.Refused() != 11*PageSize {
+		t.Fatalf("refused = %d", a.Refused())
+	}
+	a.Release(5 * PageSize)
+	if b := lm.Reallocate(6 * PageSize); len(b) != 6*PageSize {
+		t.Fatal("growth refused after release")
+	}
+	if a.Peak() != 9*PageSize {
+		t.Fatalf("peak = %d", a.Peak())
+	}
+	a.Reset()
+	if a.Refused() != 0 || a.Peak() != 6*PageSize {
+		t.Fatalf("after reset: refused %d peak %d", a.Refused(), a.Peak())
+	}
+	if a.Reserve(-1) {
+		t.Fatal("negative reservation accepted")
+	}
+	lm.Free()
+	if a.Linear() != 0 {
+		t.Fatal("free did not release linear memory")
+	}
+}
