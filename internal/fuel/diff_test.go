@@ -1,0 +1,70 @@
+package fuel
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// diffBudget is the fuel a differential run gets: far more than any
+// terminating fixture needs, and a fraction of a second for the ones that
+// spin forever.
+const diffBudget = 200_000_000
+
+// differential runs bin plain and instrumented and fails if they differ in
+// anything but fuel exhaustion. It reports whether the instrumented run ran
+// out of fuel.
+func differential(t *testing.T, bin []byte) (exhausted bool) {
+	t.Helper()
+	bin = limitTables(t, bin)
+	inst, _, err := Instrument(bin)
+	if err != nil {
+		t.Fatalf("instrument: %v", err)
+	}
+	got := runModule(t, inst, runOpts{metered: true, budget: diffBudget})
+	timeout := 20 * time.Second
+	if got.Exhausted {
+		timeout = 300 * time.Millisecond
+	}
+	want := runModule(t, bin, runOpts{timeout: timeout})
+	if got.Exhausted {
+		if !want.Exhausted {
+			t.Fatalf("instrumented ran out of fuel; plain finished:\n%s", want)
+		}
+		return true
+	}
+	if want.Exhausted {
+		t.Fatalf("plain timed out; instrumented finished:\n%s", got)
+	}
+	if g, w := got.String(), want.String(); g != w {
+		t.Fatalf("instrumented differs\n--- plain:\n%s\n--- instrumented:\n%s", w, g)
+	}
+	return false
+}
+
+func fixtures(t testing.TB, pattern string) []string {
+	files, err := filepath.Glob(pattern)
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no fixtures match %s (%v)", pattern, err)
+	}
+	return files
+}
+
+// TestDifferentialFixtures runs every module in testdata/wasm both ways.
+func TestDifferentialFixtures(t *testing.T) {
+	// modules that spin forever: only fuel (or the timeout) stops them
+	spins := map[string]bool{"loop.wasm": true, "init_loop.wasm": true, "spin_command.wasm": true, "huge_output_command.wasm": true}
+	for _, f := range fixtures(t, "../../testdata/wasm/*.wasm") {
+		name := filepath.Base(f)
+		t.Run(name, func(t *testing.T) {
+			bin, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if exhausted := differential(t, bin); exhausted != spins[name] {
+				t.Errorf("ran out of fuel: %v, want %v", exhausted, spins[name])
+			}
+		})
+	}
+}

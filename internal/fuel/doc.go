@@ -1,0 +1,41 @@
+// Package fuel owns the metering pass: it decodes a WebAssembly binary,
+// adds a fuel counter that every function entry and loop header decrements
+// (trapping when it goes negative), and re-encodes it, so a host can bound a
+// guest's work deterministically and interrupt it by making the counter
+// negative from another goroutine.
+//
+// # The pass
+//
+// Instrument appends one mutable i64 global, exported as GlobalExport, after
+// every existing global (so no global, function, table or local index
+// changes). At the start of every function body and of every loop body it
+// inserts
+//
+//	global.get $fuel; i64.const C; i64.sub; global.set $fuel
+//	global.get $fuel; i64.const 0; i64.lt_s; if unreachable end
+//
+// where C is the static cost of the code that belongs to that function or
+// loop level: the number of instructions in its body, not counting block,
+// loop, else, end and nop, and not counting the bodies of loops nested in
+// it (they pay at their own header). C is at least 1. Because each level's
+// instructions run at most once per pass through its check, the fuel charged
+// is never less than the instructions executed; because every backward jump
+// goes through a loop header and every call through a function entry, the
+// work between two checks is bounded by the size of one function body, so a
+// counter made negative from outside is noticed within that bound (bulk
+// memory instructions and host calls excepted: they run to completion).
+//
+// A Wasm start function would run inside instantiation, before the host
+// could set the counter, so Instrument removes the start section and exports
+// the start function as StartExport; the host calls it after instantiating.
+//
+// # Host side
+//
+// The counter starts at Unlimited. Meter reads and writes it through
+// wazero's api.MutableGlobal; Meter.Interrupt makes it negative so the guest
+// traps ("unreachable") at its next check. A trap with a negative counter is
+// fuel exhaustion (or an interrupt), never the guest's own unreachable.
+//
+// Version changes whenever the output of Instrument for a given input can
+// change; callers key caches of instrumented modules on it.
+package fuel

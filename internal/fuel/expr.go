@@ -1,0 +1,242 @@
+package fuel
+
+// opKind classifies an instruction for the pass.
+type opKind uint8
+
+const (
+	opOther opKind = iota // costs 1
+	opBlock               // block or try_table: opens a frame, free
+	opIf                  // opens a frame, costs 1
+	opLoop                // opens a frame and a cost level, free
+	opElse                // free
+	opEnd                 // closes a frame, free
+	opNop                 // free
+)
+
+// invalidSIMD lists the unassigned opcodes below 0x100 of the 0xfd prefix.
+var invalidSIMD = [256]bool{
+	0x9a: true, 0xa2: true, 0xa5: true, 0xa6: true, 0xaf: true, 0xb0: true,
+	0xb2: true, 0xb3: true, 0xb4: true, 0xbb: true, 0xc2: true, 0xc5: true,
+	0xc6: true, 0xcf: true, 0xd0: true, 0xd2: true, 0xd3: true, 0xd4: true,
+	0xe2: true, 0xee: true,
+}
+
+// scanExpr reads one expression from r.off up to and including the end that
+// closes it, calling visit (if not nil) for every instruction with its kind
+// and the offsets just before it and just after its immediates. It refuses
+// opcodes it does not know (ErrUnsupported), truncated immediates and
+// nesting deeper than MaxNesting (ErrMalformed). It validates encodings, not
+// types: the result is for a validator such as wazero's to check.
+func scanExpr(r *reader, visit func(k opKind, start, end int)) error {
+	depth := 0
+	for {
+		start := r.off
+		op, err := r.byte()
+		if err != nil {
+			return err
+		}
+		k := opOther
+		switch {
+		case op == 0x00, op == 0x0f, op == 0x1a, op == 0x1b, op == 0x0a, op == 0xd1:
+			// unreachable, return, drop, select, throw_ref, ref.is_null
+		case op == 0x01:
+			k = opNop
+		case op == 0x02, op == 0x03, op == 0x04:
+			if err := r.sleb(33); err != nil { // block type
+				return err
+			}
+			k = [...]opKind{opBlock, opLoop, opIf}[op-0x02]
+		case op == 0x1f: // try_table
+			if err := r.sleb(33); err != nil {
+				return err
+			}
+			n, err := r.count(2)
+			if err != nil {
+				return err
+			}
+			for i := uint32(0); i < n; i++ {
+				ck, err := r.byte()
+				if err != nil {
+					return err
+				}
+				switch ck {
+				case 0, 1:
+					err = r.u32s(2)
+				case 2, 3:
+					err = r.u32s(1)
+				default:
+					return r.fail("bad catch kind")
+				}
+				if err != nil {
+					return err
+				}
+			}
+			k = opBlock
+		case op == 0x05:
+			k = opElse
+		case op == 0x0b:
+			k = opEnd
+		case op == 0x08, op == 0x0c, op == 0x0d, op == 0x10, op == 0x12,
+			op >= 0x20 && op <= 0x26, op == 0xd2:
+			// throw, br, br_if, call, return_call, local/global/table get/set/tee, ref.func
+			err = r.u32s(1)
+		case op == 0x11, op == 0x13: // call_indirect, return_call_indirect
+			err = r.u32s(2)
+		case op == 0x0e: // br_table
+			n, e := r.count(1)
+			if e != nil {
+				return e
+			}
+			err = r.u32s(int(n) + 1)
+		case op == 0x1c: // select t*
+			n, e := r.count(1)
+			if e != nil {
+				return e
+			}
+			for i := uint32(0); i < n && err == nil; i++ {
+				err = r.valtype()
+			}
+		case op >= 0x28 && op <= 0x3e:
+			err = r.memarg()
+		case op == 0x3f, op == 0x40: // memory.size, memory.grow
+			err = r.u32s(1)
+		case op == 0x41:
+			err = r.sleb(32)
+		case op == 0x42:
+			err = r.sleb(64)
+		case op == 0x43:
+			_, err = r.bytes(4)
+		case op == 0x44:
+			_, err = r.bytes(8)
+		case op >= 0x45 && op <= 0xc4:
+			// numeric, including sign extension (0xc0–0xc4)
+		case op == 0xd0: // ref.null heaptype
+			err = r.sleb(33)
+		case op == 0xfc:
+			err = r.prefixFC()
+		case op == 0xfd:
+			err = r.prefixFD()
+		case op == 0xfe:
+			err = r.prefixFE()
+		default:
+			r.off = start
+			return r.errf(ErrUnsupported, "opcode 0x%02x", op)
+		}
+		if err != nil {
+			return err
+		}
+		switch k {
+		case opBlock, opIf, opLoop:
+			depth++
+			if depth > MaxNesting {
+				return r.fail("blocks nested too deeply")
+			}
+		case opEnd:
+			depth--
+		}
+		if visit != nil {
+			visit(k, start, r.off)
+		}
+		if depth < 0 {
+			return nil
+		}
+	}
+}
+
+// u32s skips n u32 immediates.
+func (r *reader) u32s(n int) error {
+	for i := 0; i < n; i++ {
+		if _, err := r.u32(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *reader) memarg() error {
+	flags, err := r.u32()
+	if err != nil {
+		return err
+	}
+	if flags&0x40 != 0 { // multi-memory: a memory index follows
+		if _, err := r.u32(); err != nil {
+			return err
+		}
+	}
+	_, err = r.uleb(64)
+	return err
+}
+
+func (r *reader) prefixFC() error {
+	sub, err := r.u32()
+	if err != nil {
+		return err
+	}
+	switch {
+	case sub <= 7: // saturating truncations
+		return nil
+	case sub == 8, sub == 10, sub == 12, sub == 14: // memory.init, memory.copy, table.init, table.copy
+		return r.u32s(2)
+	case sub <= 17: // data.drop, memory.fill, elem.drop, table.grow/size/fill
+		return r.u32s(1)
+	}
+	return r.errf(ErrUnsupported, "opcode 0xfc %d", sub)
+}
+
+func (r *reader) prefixFD() error {
+	sub, err := r.u32()
+	if err != nil {
+		return err
+	}
+	switch {
+	case sub <= 11, sub == 92, sub == 93: // loads, stores
+		return r.memarg()
+	case sub == 12, sub == 13: // v128.const, i8x16.shuffle
+		_, err = r.bytes(16)
+		return err
+	case sub >= 21 && sub <= 34: // extract/replace lane
+		_, err = r.byte()
+		return err
+	case sub >= 84 && sub <= 91: // load/store lane
+		if err := r.memarg(); err != nil {
+			return err
+		}
+		_, err = r.byte()
+		return err
+	case sub < 256 && !invalidSIMD[sub]:
+		return nil
+	}
+	return r.errf(ErrUnsupported, "opcode 0xfd %d", sub)
+}
+
+func (r *reader) prefixFE() error {
+	sub, err := r.u32()
+	if err != nil {
+		return err
+	}
+	switch {
+	case sub <= 2, sub >= 0x10 && sub <= 0x4e:
+		return r.memarg()
+	case sub == 3: // atomic.fence
+		c, err := r.byte()
+		if err == nil && c != 0 {
+			return r.fail("bad atomic.fence immediate")
+		}
+		return err
+	}
+	return r.errf(ErrUnsupported, "opcode 0xfe %d", sub)
+}
+
+// valtype reads a value type the pass understands.
+func (r *reader) valtype() error {
+	t, err := r.byte()
+	if err != nil {
+		return err
+	}
+	switch t {
+	case 0x7f, 0x7e, 0x7d, 0x7c, 0x7b, 0x70, 0x6f, 0x69:
+		return nil
+	}
+	r.off--
+	return r.errf(ErrUnsupported, "value type 0x%02x", t)
+}
