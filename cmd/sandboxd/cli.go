@@ -117,6 +117,8 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	)
 	fs.Var(&envs, "env", "NAME=VALUE for a needsSpec.env value (repeatable)")
 	fs.Var(&refused, "refuse-posture", "refuse tools with this sandbox posture (repeatable: none, context-isolated, strict)")
+	var ociOpts ociFlags
+	ociOpts.register(fs, false)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sandboxd run [--manifest tool.json --input input.json|-] [flags]\n\n"+
 			"Runs one call and prints exactly one JSON envelope on stdout:\n"+
@@ -219,6 +221,12 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	} else if *cacheDir != "" {
 		cfg = cfg.WithCacheDir(*cacheDir)
 	}
+	oci, err := ociOpts.resolver()
+	if err != nil {
+		return usage("%v", err)
+	}
+	defer oci.Close()
+	cfg = cfg.WithResolver(oci)
 	exec, err := executor.New(ctx, cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "sandboxd run: %v\n", err)

@@ -1,0 +1,345 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sandboxd/sandboxd/artifact"
+	"github.com/sandboxd/sandboxd/toolerr"
+)
+
+func init() {
+	commands["push"] = command{"push .wasm modules to a registry or oci-layout dir as a Wasm OCI artifact", cmdPush}
+	commands["pull"] = command{"pull an OCI artifact into the local cache and print its digest ref", cmdPull}
+	commands["inspect"] = command{"describe an OCI artifact: media types, modules, version, sizes", cmdInspect}
+}
+
+// ociFlags are the artifact-source flags shared by run, push, pull and inspect.
+type ociFlags struct {
+	insecure stringList
+	cacheDir string
+	timeout  time.Duration
+}
+
+func (f *ociFlags) register(fs *flag.FlagSet, withTimeout bool) {
+	fs.Var(&f.insecure, "insecure-registry", "host:port of a loopback registry to reach over plain HTTP (repeatable)")
+	fs.StringVar(&f.cacheDir, "artifact-cache-dir", "", "OCI artifact cache directory (default: sandboxd/oci under the user cache dir)")
+	if withTimeout {
+		fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "deadline for the whole operation")
+	}
+}
+
+// resolver builds the OCI resolver the flags describe.
+func (f *ociFlags) resolver() (*artifact.OCI, error) {
+	cfg := artifact.NewOCIConfig().WithInsecureRegistries(f.insecure...)
+	if f.cacheDir != "" {
+		cfg = cfg.WithCacheDir(f.cacheDir)
+	}
+	return artifact.NewOCI(cfg)
+}
+
+// parseInterspersed parses flags that may appear before, between and after
+// positional arguments, and returns the positional ones.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		if args[0] == "--" {
+			return append(pos, args[1:]...), nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+// ociCommand is the shared frame of push, pull and inspect: flags, the
+// resolver, the deadline and error reporting.
+type ociCommand struct {
+	name   string
+	fs     *flag.FlagSet
+	flags  ociFlags
+	stderr io.Writer
+}
+
+func newOCICommand(name, usage string, stderr io.Writer) *ociCommand {
+	c := &ociCommand{name: name, fs: flag.NewFlagSet("sandboxd "+name, flag.ContinueOnError), stderr: stderr}
+	c.fs.SetOutput(stderr)
+	c.flags.register(c.fs, true)
+	c.fs.Usage = func() {
+		fmt.Fprintf(stderr, "%s\nFlags:\n", usage)
+		c.fs.PrintDefaults()
+	}
+	return c
+}
+
+// parse returns the positional arguments, or an exit code when done.
+func (c *ociCommand) parse(args []string) ([]string, int, bool) {
+	pos, err := parseInterspersed(c.fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, exitOK, false
+		}
+		return nil, exitUsage, false
+	}
+	if c.flags.timeout <= 0 {
+		return nil, c.usage("--timeout must be positive"), false
+	}
+	return pos, 0, true
+}
+
+func (c *ociCommand) usage(format string, a ...any) int {
+	fmt.Fprintf(c.stderr, "sandboxd %s: %s\n", c.name, fmt.Sprintf(format, a...))
+	return exitUsage
+}
+
+func (c *ociCommand) fail(err error) int {
+	te := toolerr.As(err)
+	fmt.Fprintf(c.stderr, "sandboxd %s: %s\n", c.name, te.Error())
+	return exitError
+}
+
+func cmdPush(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	c := newOCICommand("push", "Usage: sandboxd push FILE.wasm[=TITLE]... REF --artifact-version V [flags]\n\n"+
+		"Builds a CNCF Wasm OCI artifact (config "+artifact.MediaTypeWasmConfig+", one\n"+
+		artifact.MediaTypeWasmLayer+" layer per module, titled TITLE or the file's base name;\n"+
+		"codeArtifactRef.modulePath names a module by its title), pushes it to REF\n"+
+		"(registry/repo:tag, or oci-layout:DIR[:tag] for an OCI image layout directory)\n"+
+		"and prints the digest-pinned reference.", stderr)
+	version := c.fs.String("artifact-version", "", "the artifact's version (org.opencontainers.image.version); required")
+	pos, code, ok := c.parse(args)
+	if !ok {
+		return code
+	}
+	if len(pos) < 2 {
+		return c.usage("want one or more .wasm files and a target reference (see sandboxd help push)")
+	}
+	if *version == "" {
+		return c.usage("--artifact-version is required")
+	}
+	ref := pos[len(pos)-1]
+	var mods []artifact.PushModule
+	for _, spec := range pos[:len(pos)-1] {
+		file, title, ok := strings.Cut(spec, "=")
+		if !ok {
+			title = baseName(file)
+		}
+		b, err := readModule(file)
+		if err != nil {
+			return c.usage("%v", err)
+		}
+		mods = append(mods, artifact.PushModule{Title: title, Wasm: b})
+	}
+	oci, err := c.flags.resolver()
+	if err != nil {
+		return c.usage("%v", err)
+	}
+	defer oci.Close()
+	ctx, cancel := context.WithTimeout(ctx, c.flags.timeout)
+	defer cancel()
+	prog := newProgress(stdout, stderr)
+	art, err := oci.Push(ctx, ref, *version, mods, artifact.WithProgress(prog.update))
+	prog.finish()
+	if err != nil {
+		return c.fail(err)
+	}
+	fmt.Fprintln(stdout, art.Ref)
+	return exitOK
+}
+
+func cmdPull(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	c := newOCICommand("pull", "Usage: sandboxd pull REF [flags]\n\n"+
+		"Fetches the artifact's manifest, config and layers into the local cache,\n"+
+		"each verified against its digest, and prints the digest-pinned reference.\n"+
+		"A pulled digest-pinned reference then resolves with the registry down.", stderr)
+	pos, code, ok := c.parse(args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 1 {
+		return c.usage("want exactly one reference")
+	}
+	oci, err := c.flags.resolver()
+	if err != nil {
+		return c.usage("%v", err)
+	}
+	defer oci.Close()
+	ctx, cancel := context.WithTimeout(ctx, c.flags.timeout)
+	defer cancel()
+	prog := newProgress(stdout, stderr)
+	art, err := oci.Pull(ctx, pos[0], artifact.WithProgress(prog.update))
+	prog.finish()
+	if err != nil {
+		return c.fail(err)
+	}
+	fmt.Fprintln(stdout, art.Ref)
+	return exitOK
+}
+
+func cmdInspect(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	c := newOCICommand("inspect", "Usage: sandboxd inspect REF [--json] [flags]\n\n"+
+		"Fetches the artifact's manifest (not its layers) and prints its media types,\n"+
+		"version, modules and sizes.", stderr)
+	asJSON := c.fs.Bool("json", false, "print the description as JSON")
+	pos, code, ok := c.parse(args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 1 {
+		return c.usage("want exactly one reference")
+	}
+	oci, err := c.flags.resolver()
+	if err != nil {
+		return c.usage("%v", err)
+	}
+	defer oci.Close()
+	ctx, cancel := context.WithTimeout(ctx, c.flags.timeout)
+	defer cancel()
+	art, err := oci.Inspect(ctx, pos[0])
+	if err != nil {
+		return c.fail(err)
+	}
+	if *asJSON {
+		b, _ := json.MarshalIndent(art, "", "  ")
+		fmt.Fprintf(stdout, "%s\n", b)
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "ref:\t%s\n", art.Ref)
+	fmt.Fprintf(tw, "manifest:\t%s\n", art.MediaType)
+	if art.ArtifactType != "" {
+		fmt.Fprintf(tw, "artifactType:\t%s\n", art.ArtifactType)
+	}
+	fmt.Fprintf(tw, "config:\t%s\n", art.ConfigMediaType)
+	fmt.Fprintf(tw, "layout:\t%s\n", art.Layout)
+	if art.Index != "" {
+		fmt.Fprintf(tw, "index:\t%s\n", art.Index)
+	}
+	v := art.Version
+	if v == "" {
+		v = "(none: no " + artifact.AnnotationVersion + " annotation)"
+	}
+	fmt.Fprintf(tw, "version:\t%s\n", v)
+	fmt.Fprintf(tw, "size:\t%s (%d bytes)\n", humanBytes(art.Size), art.Size)
+	tw.Flush()
+	if art.Layout == artifact.LayoutWasm {
+		fmt.Fprintln(stdout, "modules:")
+	} else {
+		fmt.Fprintln(stdout, "layers:")
+	}
+	tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	for _, l := range art.Layers {
+		title := l.Title
+		if title == "" {
+			title = "-"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d bytes\n", title, l.MediaType, l.Digest, l.Size)
+	}
+	tw.Flush()
+	return exitOK
+}
+
+// maxPushModule caps a module file read by push.
+const maxPushModule = artifact.DefaultMaxModuleSize
+
+func readModule(path string) ([]byte, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	if st.Size() > maxPushModule {
+		return nil, fmt.Errorf("%s is %d bytes, over the %d-byte module cap", path, st.Size(), maxPushModule)
+	}
+	return os.ReadFile(path)
+}
+
+func baseName(p string) string {
+	if i := strings.LastIndexAny(p, `/\`); i >= 0 {
+		return p[i+1:]
+	}
+	return p
+}
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// progress draws a one-line transfer meter on stderr when both stdout and
+// stderr are terminals; otherwise it stays silent (the command prints one
+// line per artifact on stdout).
+type progress struct {
+	w     io.Writer
+	on    bool
+	start time.Time
+	last  time.Time
+	done  map[string]int64
+	total map[string]int64
+	drawn bool
+}
+
+func newProgress(stdout, stderr io.Writer) *progress {
+	return &progress{w: stderr, on: isTerminal(stdout) && isTerminal(stderr), start: time.Now(), done: map[string]int64{}, total: map[string]int64{}}
+}
+
+func (p *progress) update(u artifact.Progress) {
+	if !p.on {
+		return
+	}
+	p.done[u.Digest], p.total[u.Digest] = u.Done, u.Total
+	if now := time.Now(); now.Sub(p.last) >= 100*time.Millisecond || u.Done == u.Total {
+		p.last = now
+		p.draw()
+	}
+}
+
+func (p *progress) draw() {
+	var done, total int64
+	for d, n := range p.done {
+		done += n
+		total += p.total[d]
+	}
+	rate := float64(done) / max(time.Since(p.start).Seconds(), 1e-3)
+	fmt.Fprintf(p.w, "\r%d blobs  %s / %s  %s/s   ", len(p.done), humanBytes(done), humanBytes(total), humanBytes(int64(rate)))
+	p.drawn = true
+}
+
+func (p *progress) finish() {
+	if p.drawn {
+		p.draw()
+		fmt.Fprintln(p.w)
+	}
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
