@@ -175,8 +175,8 @@ func parseFrame(body []byte) (*invoke, *wireError) {
 	}
 	if string(rawV) != "2" {
 		var n json.Number
-		if err := json.Unmarshal(rawV, &n); err == nil {
-			if f, err := n.Float64(); err == nil && f == 2 {
+		if rawV[0] != '"' && json.Unmarshal(rawV, &n) == nil {
+			if f, err := n.Float64(); err == nil && f == 2 { // 2.0, 2e0
 				goto versionOK
 			}
 		}
