@@ -109,7 +109,8 @@ func (c *cache) openBlob(d string, size int64) (io.ReadCloser, error) {
 		_ = os.Remove(p)
 		return nil, errNotCached
 	}
-	return &verifier{r: f, c: f, digest: d, size: st.Size(), h: sha256.New(), what: "cached blob"}, nil
+	// A blob that fails verification is removed, so the next read fetches it again.
+	return &verifier{r: f, c: f, digest: d, size: st.Size(), h: sha256.New(), what: "cached blob", onFail: func() { os.Remove(p) }}, nil
 }
 
 // readBlob returns a cached blob's bytes after verifying them. A blob that
@@ -250,12 +251,22 @@ type verifier struct {
 	h      hash.Hash
 	what   string
 	done   bool
+	onFail func()
 }
 
 func (v *verifier) Read(p []byte) (int, error) {
 	if v.done {
 		return 0, io.EOF
 	}
+	n, err := v.read(p)
+	if v.onFail != nil && err != nil && errors.Is(err, toolerr.ArtifactIntegrityFailed) {
+		v.onFail()
+		v.onFail = nil
+	}
+	return n, err
+}
+
+func (v *verifier) read(p []byte) (int, error) {
 	n, err := v.r.Read(p)
 	v.n += int64(n)
 	v.h.Write(p[:n])

@@ -518,6 +518,15 @@ func (o *OCI) readBlob(ctx context.Context, src source, l descriptor) ([]byte, e
 	if l.Size > o.cfg.maxBlob {
 		return nil, toolerr.New(toolerr.ArtifactRefused, "blob %s is %d bytes, over the %d-byte cap", l.Digest, l.Size, o.cfg.maxBlob)
 	}
+	b, err := readAll(ctx, src, l)
+	if _, remote := src.(*remoteSource); remote && errors.Is(err, toolerr.ArtifactIntegrityFailed) {
+		// A cached copy that went bad was removed: fetch it once more.
+		b, err = readAll(ctx, src, l)
+	}
+	return b, err
+}
+
+func readAll(ctx context.Context, src source, l descriptor) ([]byte, error) {
 	rc, err := src.blob(ctx, l.Digest, l.Size, nil)
 	if err != nil {
 		return nil, err
