@@ -1,6 +1,3 @@
-// Package artifact resolves a tool's codeArtifactRef into the bytes of a
-// WebAssembly module and their digest. One Resolver interface covers every
-// source; the filesystem backend lives here, OCI backends beside it.
 package artifact
 
 import (
