@@ -105,10 +105,13 @@ func (c *issueConverter) add(loc []string, keyword, schemaPath string, params ma
 func (c *issueConverter) leaf(e *jsonschema.ValidationError, loc []string) {
 	switch k := e.ErrorKind.(type) {
 	case *kind.Type:
+		// Ajv: params.type is the schema's value — a string for one type,
+		// the array for several — and the message joins them with commas.
+		var param any = strings.Join(k.Want, ",")
 		t := strings.Join(k.Want, ",")
 		switch raw := c.raw(e, "type").(type) {
 		case string:
-			t = raw
+			t, param = raw, raw
 		case []any:
 			names := make([]string, 0, len(raw))
 			for _, n := range raw {
@@ -116,9 +119,9 @@ func (c *issueConverter) leaf(e *jsonschema.ValidationError, loc []string) {
 					names = append(names, s)
 				}
 			}
-			t = strings.Join(names, ",")
+			t, param = strings.Join(names, ","), names
 		}
-		c.add(loc, "type", c.schemaPath(e, "type"), map[string]any{"type": t}, "must be "+t)
+		c.add(loc, "type", c.schemaPath(e, "type"), map[string]any{"type": param}, "must be "+t)
 	case *kind.Enum:
 		allowed := k.Want
 		if raw, ok := c.raw(e, "enum").([]any); ok {
@@ -565,7 +568,7 @@ func jsNumber(r *big.Rat) json.Number {
 		return json.Number(r.FloatString(0))
 	}
 	abs := math.Abs(f)
-	if f == 0 || (abs >= 1e-7 && abs < 1e21) {
+	if f == 0 || (abs >= 1e-6 && abs < 1e21) {
 		return json.Number(strconv.FormatFloat(f, 'f', -1, 64))
 	}
 	s := strconv.FormatFloat(f, 'e', -1, 64) // 1e+21, 1e-07

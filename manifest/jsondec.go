@@ -14,13 +14,16 @@ import (
 // literal, because JSON Schema numbers are compared as exact rationals
 // (math/big) and "1e999999999" would otherwise cost minutes of CPU.
 const (
-	maxDepth       = 10000
+	maxDepth       = 10000 // values (inputs, outputs)
+	maxSchemaDepth = 256   // manifests and schemas: compile time grows fast with depth
 	maxNumberLen   = 1000
 	maxNumberExp10 = 10000
 )
 
 // decodeOpts selects what the decoder does beyond building the value.
 type decodeOpts struct {
+	// maxDepth is the deepest nesting allowed (0: maxDepth).
+	maxDepth int
 	// rejectDuplicates makes a repeated object key an error. Without it the
 	// last value wins (JSON.parse's rule) and decoded.dup is set.
 	rejectDuplicates bool
@@ -54,7 +57,12 @@ type syntaxError struct {
 	offset int
 	path   string // JSON pointer of the value being read, "" at the root
 	dupKey bool   // a repeated object key (decodeOpts.rejectDuplicates)
+	limit  bool   // valid JSON beyond a decoder limit (depth, number size)
 }
+
+// valid reports whether the document was valid JSON that the decoder
+// refused anyway (a limit or a repeated key).
+func (e *syntaxError) valid() bool { return e.dupKey || e.limit }
 
 func (e *syntaxError) Error() string {
 	if e.dupKey {
@@ -85,6 +93,9 @@ type decoder struct {
 // decodeJSON decodes data, which must hold exactly one JSON value (RFC 8259)
 // with optional surrounding whitespace. Numbers stay json.Number.
 func decodeJSON(data []byte, opts decodeOpts) (*decoded, error) {
+	if opts.maxDepth <= 0 {
+		opts.maxDepth = maxDepth
+	}
 	d := &decoder{data: data, opts: opts}
 	d.skipWS()
 	v, err := d.value()
@@ -112,8 +123,26 @@ func (d *decoder) path() string {
 	return sb.String()
 }
 
+// shortPath is path() cut to a readable length for messages.
+func (d *decoder) shortPath() string {
+	const max = 200
+	p := d.path()
+	if len(p) > max {
+		cut := len(p) - max
+		for cut < len(p) && p[cut] != '/' {
+			cut++
+		}
+		p = "..." + p[cut:]
+	}
+	return p
+}
+
 func (d *decoder) errorf(format string, args ...any) error {
-	return &syntaxError{msg: fmt.Sprintf(format, args...), offset: d.pos, path: d.path()}
+	return &syntaxError{msg: fmt.Sprintf(format, args...), offset: d.pos, path: d.shortPath()}
+}
+
+func (d *decoder) limitf(format string, args ...any) error {
+	return &syntaxError{msg: fmt.Sprintf(format, args...), offset: d.pos, path: d.shortPath(), limit: true}
 }
 
 func quoteChar(c byte) string {
@@ -183,8 +212,8 @@ func (d *decoder) literal(lit string) error {
 }
 
 func (d *decoder) push(f frame) error {
-	if len(d.stack) >= maxDepth {
-		return d.errorf("exceeded max nesting depth of %d", maxDepth)
+	if len(d.stack) >= d.opts.maxDepth {
+		return d.limitf("exceeded max nesting depth of %d", d.opts.maxDepth)
 	}
 	d.stack = append(d.stack, f)
 	return nil
@@ -220,7 +249,7 @@ func (d *decoder) object() (any, error) {
 		if _, seen := m[key]; seen {
 			if d.opts.rejectDuplicates {
 				d.pos = keyStart
-				return nil, &syntaxError{msg: fmt.Sprintf("duplicate key %q", key), offset: keyStart, path: d.path(), dupKey: true}
+				return nil, &syntaxError{msg: fmt.Sprintf("duplicate key %q", key), offset: keyStart, path: d.shortPath(), dupKey: true}
 			}
 			d.out.dup = true
 		}
@@ -353,12 +382,12 @@ func (d *decoder) number() (any, error) {
 		exp := strings.TrimLeft(string(data[expStart:i]), "0")
 		if len(exp) > 5 || (exp != "" && mustAtoi(exp) > maxNumberExp10) {
 			d.pos = start
-			return nil, d.errorf("number exponent out of supported range (|exponent| <= %d)", maxNumberExp10)
+			return nil, d.limitf("number exponent out of supported range (|exponent| <= %d)", maxNumberExp10)
 		}
 	}
 	if i-start > maxNumberLen {
 		d.pos = start
-		return nil, d.errorf("number literal longer than %d characters", maxNumberLen)
+		return nil, d.limitf("number literal longer than %d characters", maxNumberLen)
 	}
 	d.pos = i
 	return json.Number(data[start:i]), nil

@@ -151,14 +151,9 @@ func Parse(data []byte) (*Manifest, error) {
 // the input and output schemas are not decoded twice).
 func parse(data []byte) (*Manifest, map[string]any, error) {
 	raw := bytes.Clone(data)
-	d, err := decodeJSON(raw, decodeOpts{rejectDuplicates: true, spanDepth: 3})
+	d, err := decodeJSON(raw, decodeOpts{maxDepth: maxSchemaDepth, rejectDuplicates: true, spanDepth: 3})
 	if err != nil {
-		msg := "manifest is not valid JSON: " + err.Error()
-		var se *syntaxError
-		if errors.As(err, &se) && se.dupKey {
-			msg = "invalid tool manifest: " + err.Error()
-		}
-		return nil, nil, &toolerr.Error{Code: toolerr.InvalidToolDefinition, Message: msg, Err: err}
+		return nil, nil, &toolerr.Error{Code: toolerr.InvalidToolDefinition, Message: jsonProblem("manifest", err), Err: err}
 	}
 	id, _ := lookup(d.v, []string{"id"}).(string)
 	if issues := toolSchema().validate(d.v); len(issues) > 0 {
@@ -238,6 +233,15 @@ func parse(data []byte) (*Manifest, map[string]any, error) {
 		}
 	}
 	return m, obj, nil
+}
+
+// jsonProblem describes a document the decoder refused.
+func jsonProblem(what string, err error) string {
+	var se *syntaxError
+	if errors.As(err, &se) && se.valid() {
+		return what + " is refused: " + err.Error()
+	}
+	return what + " is not valid JSON: " + err.Error()
 }
 
 // summarize renders the first issues as Ajv's errorsText does

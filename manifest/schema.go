@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net/url"
 	"slices"
 	"strings"
@@ -23,7 +24,7 @@ const docURL = "sandboxd:///schema.json"
 // use by many goroutines.
 type Schema struct {
 	sch   *jsonschema.Schema
-	doc   any                          // the decoded schema document, never mutated
+	doc   any                         // the decoded schema document, never mutated
 	reach map[*jsonschema.Schema]bool // subschemas leading to a default (nil: none)
 }
 
@@ -44,11 +45,11 @@ const (
 // *toolerr.Error with Code toolerr.InvalidToolDefinition and Details
 // {"pointer": ...} naming the offending location.
 func CompileSchema(pointer string, raw json.RawMessage) (*Schema, error) {
-	d, err := decodeJSON(raw, decodeOpts{rejectDuplicates: true})
+	d, err := decodeJSON(raw, decodeOpts{maxDepth: maxSchemaDepth, rejectDuplicates: true})
 	if err != nil {
 		return nil, &toolerr.Error{
 			Code:    toolerr.InvalidToolDefinition,
-			Message: fmt.Sprintf("schema at %s is not valid JSON: %v", displayPointer(pointer), err),
+			Message: jsonProblem("schema at "+displayPointer(pointer), err),
 			Details: map[string]any{"pointer": pointer},
 			Err:     err,
 		}
@@ -69,6 +70,9 @@ func compileSchema(pointer string, doc any, rule dialectRule) (s *Schema, err er
 	if terr := checkDialect(pointer, doc, rule); terr != nil {
 		return nil, terr
 	}
+	if n := countContainers(doc, maxSchemaNodes+1); n > maxSchemaNodes {
+		return nil, invalidSchema(pointer, pointer, fmt.Sprintf("schema is too large: more than %d objects and arrays", maxSchemaNodes), nil, nil)
+	}
 	defer func() {
 		// The library is not written for hostile schemas; never let one
 		// take the daemon down.
@@ -87,6 +91,16 @@ func compileSchema(pointer string, doc any, rule dialectRule) (s *Schema, err er
 	if err != nil {
 		return nil, compileError(pointer, doc, err)
 	}
+	if at, ok := checkCounts(doc, sch); ok {
+		return nil, invalidSchema(pointer, pointer+at, fmt.Sprintf("value is too large (more than %d)", math.MaxInt32), nil, nil)
+	}
+	if loc, ok := sameValueCycle(sch); ok {
+		at := pointer + ptrOf(loc)
+		return nil, invalidSchema(pointer, at, "reference cycle: the schema at "+displayPointer(at)+" applies itself to the same value (validation would never end)", nil, nil)
+	}
+	if cost(sch) > maxSchemaCost {
+		return nil, invalidSchema(pointer, pointer, "schema is too complex: validating one value would evaluate more than 1000000 subschemas", nil, nil)
+	}
 	return &Schema{sch: sch, doc: doc, reach: defaultsReach(sch)}, nil
 }
 
@@ -102,8 +116,11 @@ func compileSchema(pointer string, doc any, rule dialectRule) (s *Schema, err er
 // Without fillDefaults, out is doc.
 //
 // issues is empty when doc is valid; otherwise it lists Ajv-shaped
-// problems in a deterministic order. err is non-nil only when doc is not
-// JSON.
+// problems in a deterministic order (a failure inside the validator itself
+// becomes one issue, never a panic). err is non-nil only when doc is not
+// one JSON value or exceeds the decoder's limits: nesting deeper than 10000,
+// a number literal longer than 1000 characters or with an exponent beyond
+// ±10000 (exact comparison of such numbers would cost minutes of CPU).
 func (s *Schema) Validate(doc []byte, fillDefaults bool) (out []byte, issues []toolerr.Issue, err error) {
 	d, err := decodeJSON(doc, decodeOpts{})
 	if err != nil {

@@ -94,7 +94,7 @@ func (t *Tool) ValidateOutput(output []byte) (json.RawMessage, error) {
 }
 
 func notJSON(code toolerr.Code, what string, err error) *toolerr.Error {
-	msg := what + " is not valid JSON: " + err.Error()
+	msg := jsonProblem(what, err)
 	return &toolerr.Error{
 		Code:    code,
 		Message: msg,
