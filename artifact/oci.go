@@ -2,6 +2,7 @@ package artifact
 
 import (
 	"archive/tar"
+	"bytes"
 	"compress/gzip"
 	"context"
 	"encoding/json"
@@ -532,11 +533,11 @@ func readAll(ctx context.Context, src source, l descriptor) ([]byte, error) {
 		return nil, err
 	}
 	defer rc.Close()
-	b, err := io.ReadAll(rc)
-	if err != nil {
+	buf := bytes.NewBuffer(make([]byte, 0, l.Size+bytes.MinRead))
+	if _, err := buf.ReadFrom(rc); err != nil {
 		return nil, readError(ctx, err, l.Digest)
 	}
-	return b, nil
+	return buf.Bytes(), nil
 }
 
 func readError(ctx context.Context, err error, d string) error {
