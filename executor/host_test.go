@@ -84,7 +84,7 @@ func TestInitializeLoopStopped(t *testing.T) {
 	_, err := invoke(t, load(t, e, "init_loop", withLimits(16, 100)), `{}`)
 	wantCode(t, err, toolerr.LimitsExceeded)
 	var le *toolerr.LimitsError
-	if !errors.As(err, &le) || le.Limit != toolerr.LimitCPUMs {
+	if !errors.As(err, &le) || le.Limit != toolerr.LimitCPUMs || le.Observed < 100 {
 		t.Fatalf("limit = %+v", le)
 	}
 }

@@ -357,7 +357,7 @@ func (t *Tool) newInstance(ctx context.Context, env map[string]string, stdout, s
 	in := &instance{acct: limits.NewAccount(t.memLimit), sleep: &sleeper{}, stdout: newSwitchWriter(stdout), stderr: newSwitchWriter(stderr)}
 	mc := t.moduleConfig(env, in.sleep).WithStdout(in.stdout).WithStderr(in.stderr)
 	var mod api.Module
-	_, err, cause := t.guard(ctx, func(gctx context.Context, _ context.CancelCauseFunc) error {
+	cpu, err, cause := t.guard(ctx, func(gctx context.Context, _ context.CancelCauseFunc) error {
 		in.sleep.ctx.Store(&gctx)
 		var err error
 		mod, err = t.runtime.InstantiateModule(experimental.WithMemoryAllocator(gctx, in.acct.Allocator()), t.compiled, mc)
@@ -372,7 +372,7 @@ func (t *Tool) newInstance(ctx context.Context, env map[string]string, stdout, s
 			_ = mod.Close(ctx)
 		}
 		stderr.Flush()
-		return nil, t.classify(ctx, nil, err, cause, in.acct, 0, stderr.Tail(), "_initialize")
+		return nil, t.classify(ctx, nil, err, cause, in.acct, cpu, stderr.Tail(), "_initialize")
 	}
 	in.mod, in.handle = mod, mod.ExportedFunction(abi.ExportHandle)
 	return in, nil
