@@ -60,6 +60,7 @@ func (e *BootError) Error() string {
 type packSpec struct {
 	packID, packVersion, artifactVersion string
 	requiredEnv                          []string
+	hasEnv                               bool
 	tools                                []toolSpec
 }
 
@@ -151,7 +152,7 @@ func (s IndexSource) load() (*packSpec, []Problem) {
 	defer root.Close()
 	spec := &packSpec{packID: doc.PackID, packVersion: doc.PackVersion, artifactVersion: doc.ArtifactVersion}
 	if doc.Env != nil {
-		spec.requiredEnv = doc.Env.Required
+		spec.requiredEnv, spec.hasEnv = doc.Env.Required, true
 	}
 	var problems []Problem
 	for _, t := range doc.Tools {
@@ -302,6 +303,7 @@ func (s DirSource) load() (*packSpec, []Problem) {
 type catalog struct {
 	packID, packVersion, artifactVersion string
 	requiredEnv                          []string
+	hasEnv                               bool
 	tools                                map[string]*entry
 	order                                []string
 
@@ -326,7 +328,7 @@ func loadCatalog(ctx context.Context, exec *executor.Executor, src Source, perTo
 		return nil, problems
 	}
 	c := &catalog{packID: spec.packID, packVersion: spec.packVersion, artifactVersion: spec.artifactVersion,
-		requiredEnv: spec.requiredEnv, tools: map[string]*entry{}}
+		requiredEnv: spec.requiredEnv, hasEnv: spec.hasEnv, tools: map[string]*entry{}}
 	h := sha256.New()
 	for _, ts := range spec.tools {
 		t, err := exec.Load(ctx, ts.man, ts.opts...)

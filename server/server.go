@@ -371,7 +371,9 @@ type info struct {
 	ArtifactVersion string     `json:"artifactVersion"`
 	Tools           []infoTool `json:"tools"`
 	Checks          []string   `json:"checks"`
-	MissingEnv      []string   `json:"missingEnv,omitempty"`
+	// MissingEnv is present when the index declares env (empty when
+	// nothing is missing).
+	MissingEnv *[]string `json:"missingEnv,omitempty"`
 }
 
 type infoTool struct {
@@ -383,9 +385,13 @@ func (s *Server) handleInfo(w http.ResponseWriter, _ *http.Request) {
 	c := s.current()
 	defer c.release()
 	in := info{Protocol: ProtocolVersion, PackID: c.packID, PackVersion: c.packVersion, ArtifactVersion: c.artifactVersion,
-		Tools: []infoTool{}, Checks: []string{}, MissingEnv: c.missingEnv()}
-	if c.requiredEnv != nil && in.MissingEnv == nil {
-		in.MissingEnv = []string{}
+		Tools: []infoTool{}, Checks: []string{}}
+	if c.hasEnv {
+		missing := c.missingEnv()
+		if missing == nil {
+			missing = []string{}
+		}
+		in.MissingEnv = &missing
 	}
 	for _, id := range c.order {
 		in.Tools = append(in.Tools, infoTool{ID: id, Version: c.tools[id].version})

@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/sandboxd/sandboxd/events"
 	"github.com/sandboxd/sandboxd/examples"
 	"github.com/sandboxd/sandboxd/executor"
 	"github.com/sandboxd/sandboxd/manifest"
@@ -117,6 +118,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	)
 	fs.Var(&envs, "env", "NAME=VALUE for a needsSpec.env value (repeatable)")
 	fs.Var(&refused, "refuse-posture", "refuse tools with this sandbox posture (repeatable: none, context-isolated, strict)")
+	eventsDest := fs.String("events", "", "write the call's lifecycle events (pending → in_progress → completed|failed) as JSON lines to this file; - writes them to stderr, since stdout carries only the envelope")
 	var ociOpts ociFlags
 	ociOpts.register(fs, false)
 	fs.Usage = func() {
@@ -217,6 +219,14 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		WithRefusedPostures(postures...).
 		WithGuestOutput(stderr, stderr).
 		WithPoolSize(0) // one call: a pre-warmed pool would only compete with it
+	if *eventsDest != "" {
+		rec, err := events.Open(*eventsDest, stderr) // "-" → stderr: stdout is exactly one JSON document
+		if err != nil {
+			return usage("--events: %v", err)
+		}
+		defer rec.Close()
+		cfg = cfg.WithCallObserver(rec.Observe)
+	}
 	if *noCache {
 		cfg = cfg.WithCacheDir("")
 	} else if *cacheDir != "" {

@@ -58,6 +58,8 @@ func cmdServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		refused     stringList
 	)
 	fs.Var(&refused, "refuse-posture", "refuse tools with this sandbox posture (repeatable: none, context-isolated, strict)")
+	var ociOpts ociFlags
+	ociOpts.register(fs, false)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: %s=… sandboxd serve (--index index.json [--module-root DIR] | --tools DIR) [flags]\n\n"+
 			"Serves the tools as a Kindgi pack service: POST /v1/invoke, GET /v1/info, /v1/tools,\n"+
@@ -173,6 +175,13 @@ func cmdServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	} else if *cacheDir != "" {
 		cfg = cfg.WithCacheDir(*cacheDir)
 	}
+	oci, err := ociOpts.resolver()
+	if err != nil {
+		plog.Error("config-invalid", "problems", []string{err.Error()})
+		return exitError
+	}
+	defer oci.Close()
+	cfg = cfg.WithResolver(oci)
 	exec, err := executor.New(ctx, cfg)
 	if err != nil {
 		plog.Error("boot-failed", "problems", []server.Problem{{Message: err.Error()}})
