@@ -1,0 +1,805 @@
+package egress
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/abi"
+)
+
+// Resolver resolves a host name to addresses. *net.Resolver satisfies it.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// DialFunc opens a connection to address, an "ip:port" that has passed the
+// policy. (*net.Dialer).DialContext satisfies it.
+type DialFunc func(ctx context.Context, network, address string) (net.Conn, error)
+
+// Memory is the invocation's memory budget (memMB); *limits.Account
+// satisfies it. Host-side buffers — request bodies, response headers, read
+// buffers — are reserved while held.
+type Memory interface {
+	Reserve(n int64) bool
+	Release(n int64)
+}
+
+// Limits are the per-session (per-invocation) budgets. Zero fields take the
+// defaults of DefaultLimits.
+type Limits struct {
+	// MaxRequests caps HTTP exchanges, redirect hops included.
+	MaxRequests int
+	// MaxBodyBytes caps request plus response body bytes.
+	MaxBodyBytes int64
+	// MaxRequestHeaderBytes caps one request's header bytes (names and
+	// values, after secret substitution).
+	MaxRequestHeaderBytes int
+	// MaxResponseHeaderBytes caps one response's header bytes.
+	MaxResponseHeaderBytes int
+	// RequestTimeout caps one request, from sending it until the response
+	// is closed; it is always bounded by the caller's context deadline.
+	RequestTimeout time.Duration
+	// MaxConns caps connections in use at once: responses not yet closed.
+	MaxConns int
+}
+
+// DefaultLimits are the budgets used for zero Limits fields.
+var DefaultLimits = Limits{
+	MaxRequests:            64,
+	MaxBodyBytes:           32 << 20,
+	MaxRequestHeaderBytes:  64 << 10,
+	MaxResponseHeaderBytes: 64 << 10,
+	RequestTimeout:         30 * time.Second,
+	MaxConns:               8,
+}
+
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits
+	if l.MaxRequests > 0 {
+		d.MaxRequests = l.MaxRequests
+	}
+	if l.MaxBodyBytes > 0 {
+		d.MaxBodyBytes = l.MaxBodyBytes
+	}
+	if l.MaxRequestHeaderBytes > 0 {
+		d.MaxRequestHeaderBytes = l.MaxRequestHeaderBytes
+	}
+	if l.MaxResponseHeaderBytes > 0 {
+		d.MaxResponseHeaderBytes = l.MaxResponseHeaderBytes
+	}
+	if l.RequestTimeout > 0 {
+		d.RequestTimeout = l.RequestTimeout
+	}
+	if l.MaxConns > 0 {
+		d.MaxConns = l.MaxConns
+	}
+	return d
+}
+
+// MaxRedirects is the most redirects one request follows.
+const MaxRedirects = 5
+
+// Options configure a Session. The zero value uses the system resolver, a
+// plain TCP dialer, the system roots and DefaultLimits.
+type Options struct {
+	Resolver Resolver
+	Dial     DialFunc
+	// AllowRanges are operator ranges (--egress-allow-cidr) whose addresses
+	// may be reached although their class is denied by default.
+	AllowRanges []netip.Prefix
+	// TLSConfig is cloned for https (nil: system roots).
+	TLSConfig *tls.Config
+	Limits    Limits
+	// Memory, when set, is charged for host-side buffers.
+	Memory Memory
+	// Secret returns a declared secret's value for header substitution
+	// (see Request.Header); nil means no secrets.
+	Secret func(name string) (string, bool)
+}
+
+// Session is the egress state of one invocation: its budgets, its open
+// responses, its connections and its audit trail. Requests of one session
+// never share connections with another. Methods are safe for concurrent
+// use. Close it when the invocation ends.
+type Session struct {
+	policy    *Policy
+	opts      Options
+	lim       Limits
+	transport *http.Transport
+
+	mu        sync.Mutex
+	requests  int
+	bodyBytes int64
+	open      map[*Response]struct{}
+	closed    bool
+	attempts  []Attempt
+	dropped   int
+}
+
+// NewSession starts the egress state of one invocation under policy p.
+func NewSession(p *Policy, opts Options) *Session {
+	if opts.Resolver == nil {
+		opts.Resolver = net.DefaultResolver
+	}
+	if opts.Dial == nil {
+		opts.Dial = (&net.Dialer{Timeout: 10 * time.Second}).DialContext
+	}
+	s := &Session{policy: p, opts: opts, lim: opts.Limits.withDefaults(), open: map[*Response]struct{}{}}
+	var tc *tls.Config
+	if opts.TLSConfig != nil {
+		tc = opts.TLSConfig.Clone()
+	}
+	s.transport = &http.Transport{
+		Proxy:                  nil, // never an environment proxy: the policy names the destination
+		DialContext:            s.dial,
+		TLSClientConfig:        tc,
+		TLSHandshakeTimeout:    10 * time.Second,
+		MaxResponseHeaderBytes: int64(s.lim.MaxResponseHeaderBytes),
+		MaxConnsPerHost:        s.lim.MaxConns,
+		MaxIdleConns:           s.lim.MaxConns,
+		IdleConnTimeout:        30 * time.Second,
+	}
+	return s
+}
+
+// Close closes every open response and every connection of the session.
+// Further requests fail.
+func (s *Session) Close() {
+	s.mu.Lock()
+	s.closed = true
+	open := make([]*Response, 0, len(s.open))
+	for r := range s.open {
+		open = append(open, r)
+	}
+	s.mu.Unlock()
+	for _, r := range open {
+		_ = r.Close()
+	}
+	s.transport.CloseIdleConnections()
+}
+
+// Attempt is the audit record of one egress attempt (one hop), allowed or
+// denied. It never holds a query string, a header value or a secret.
+type Attempt struct {
+	Method        string `json:"method"`
+	URL           string `json:"url"` // scheme://host:port/path
+	Hop           int    `json:"hop,omitempty"`
+	Rule          string `json:"rule,omitempty"`    // the allowlist entry that matched
+	Address       string `json:"address,omitempty"` // the address dialled
+	Allowed       bool   `json:"allowed"`
+	Reason        string `json:"reason,omitempty"` // why it was denied or failed
+	Status        int    `json:"status,omitempty"`
+	RequestBytes  int64  `json:"requestBytes,omitempty"`
+	ResponseBytes int64  `json:"responseBytes,omitempty"`
+}
+
+// maxAttempts caps the audit trail of one session.
+const maxAttempts = 256
+
+// Attempts returns the audit trail so far, and how many attempts were left
+// off past the cap.
+func (s *Session) Attempts() ([]Attempt, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Attempt(nil), s.attempts...), s.dropped
+}
+
+func (s *Session) record(a *Attempt) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.attempts) >= maxAttempts {
+		s.dropped++
+		return -1
+	}
+	s.attempts = append(s.attempts, *a)
+	return len(s.attempts) - 1
+}
+
+func (s *Session) update(i int, fn func(a *Attempt)) {
+	if i < 0 {
+		return
+	}
+	s.mu.Lock()
+	fn(&s.attempts[i])
+	s.mu.Unlock()
+}
+
+// Request is one outbound request.
+//
+// A header value may contain placeholders "{{secret:NAME}}"; the session
+// replaces each with the value of secret NAME (Options.Secret) only when the
+// destination matched an allowlist entry, so the caller never holds the
+// value. Such headers are dropped on a cross-origin redirect, as are
+// Authorization, Cookie and Proxy-Authorization.
+type Request struct {
+	Method string
+	URL    string
+	Header map[string]string
+	Body   []byte
+}
+
+// SecretPlaceholder returns the header placeholder for secret name.
+func SecretPlaceholder(name string) string { return "{{secret:" + name + "}}" }
+
+var allowedMethods = map[string]bool{
+	"GET": true, "HEAD": true, "POST": true, "PUT": true, "PATCH": true, "DELETE": true, "OPTIONS": true,
+}
+
+// refusedHeaders are set by the transport, never by the caller.
+var refusedHeaders = map[string]bool{
+	"host": true, "content-length": true, "transfer-encoding": true, "connection": true,
+	"upgrade": true, "keep-alive": true, "te": true, "trailer": true, "proxy-connection": true,
+}
+
+// credentialHeaders are dropped on a cross-origin redirect.
+var credentialHeaders = []string{"Authorization", "Cookie", "Proxy-Authorization"}
+
+type attemptKey struct{}
+
+// Do sends r, following redirects (each hop re-checked against the policy,
+// at most MaxRedirects, https → http refused), and returns the final
+// response, which the caller must Close. Failures are *Error with the ABI
+// error number for the guest.
+func (s *Session) Do(ctx context.Context, r *Request) (*Response, error) {
+	method := strings.ToUpper(r.Method)
+	if method == "" {
+		method = "GET"
+	}
+	if !allowedMethods[method] {
+		return nil, newErr(abi.ErrInvalid, "method %q is not allowed", r.Method)
+	}
+	u, origin, err := ParseURL(r.URL)
+	if err != nil {
+		return nil, &Error{Errno: abi.ErrInvalid, Msg: err.Error(), Err: err}
+	}
+	hdr, secretNames, err := s.buildHeader(r.Header)
+	if err != nil {
+		return nil, err
+	}
+	if s.policy.kind == KindNone {
+		a := &Attempt{Method: method, URL: auditURL(u, origin), Reason: "network policy is none"}
+		s.record(a)
+		return nil, newErr(abi.ErrDenied, "network egress is denied: the tool's network policy is none")
+	}
+	s.mu.Lock()
+	switch {
+	case s.closed:
+		s.mu.Unlock()
+		return nil, newErr(abi.ErrInternal, "the invocation's egress session is closed")
+	case len(s.open) >= s.lim.MaxConns:
+		s.mu.Unlock()
+		return nil, newErr(abi.ErrConnBudget, "%d responses are open, the most this invocation may hold; close one first", s.lim.MaxConns)
+	}
+	s.mu.Unlock()
+
+	rctx, cancel := context.WithTimeout(ctx, s.lim.RequestTimeout)
+	body := r.Body
+	var reserved int64
+	release := func() {
+		if reserved > 0 && s.opts.Memory != nil {
+			s.opts.Memory.Release(reserved)
+		}
+		reserved = 0
+	}
+	fail := func(err error) (*Response, error) {
+		release()
+		cancel()
+		return nil, err
+	}
+	if len(body) > 0 && s.opts.Memory != nil {
+		if !s.opts.Memory.Reserve(int64(len(body))) {
+			return fail(newErr(abi.ErrMemoryBudget, "a request body of %d bytes does not fit in the memory budget", len(body)))
+		}
+		reserved = int64(len(body))
+	}
+	for hop := 0; ; hop++ {
+		a := &Attempt{Method: method, URL: auditURL(u, origin), Hop: hop}
+		entry, ok := s.policy.Match(origin)
+		if !ok {
+			a.Reason = "no network.hosts entry matches " + origin.String()
+			s.record(a)
+			what := "the destination"
+			if hop > 0 {
+				what = "the redirect destination"
+			}
+			return fail(newErr(abi.ErrDenied, "%s %s is not allowed by the tool's network policy", what, origin))
+		}
+		a.Rule = entry.String()
+		if len(secretNames) > 0 && s.policy.kind != KindAllowlist {
+			a.Reason = "secret placeholders need an allowlisted destination"
+			s.record(a)
+			return fail(newErr(abi.ErrDenied, "secret placeholders are substituted only for allowlisted destinations"))
+		}
+		if err := s.chargeRequest(len(body)); err != nil {
+			a.Reason = err.Msg
+			s.record(a)
+			return fail(err)
+		}
+		a.RequestBytes = int64(len(body))
+		idx := s.record(a)
+		req, err := http.NewRequestWithContext(context.WithValue(rctx, attemptKey{}, attemptRef{s, idx}), method, u.String(), nil)
+		if err != nil {
+			return fail(newErr(abi.ErrInvalid, "cannot build the request: %v", stripURLFromErr(err)))
+		}
+		if len(body) > 0 {
+			b := body
+			req.ContentLength = int64(len(b))
+			req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(string(b))), nil }
+			req.Body, _ = req.GetBody()
+		}
+		req.Header = hdr.Clone()
+		if len(secretNames) > 0 {
+			if err := s.substitute(req.Header, secretNames); err != nil {
+				s.update(idx, func(a *Attempt) { a.Allowed, a.Reason = false, err.Msg })
+				return fail(err)
+			}
+		}
+		if n := headerBytes(req.Header); n > s.lim.MaxRequestHeaderBytes {
+			s.update(idx, func(a *Attempt) { a.Allowed, a.Reason = false, "request headers over budget" })
+			return fail(newErr(abi.ErrHeaderBudget, "the request headers are %d bytes, over the %d-byte cap", n, s.lim.MaxRequestHeaderBytes))
+		}
+		resp, err := s.transport.RoundTrip(req)
+		if err != nil {
+			e := s.mapErr(rctx, ctx, err, origin)
+			s.update(idx, func(a *Attempt) {
+				if a.Reason == "" {
+					a.Reason = e.Msg
+				}
+			})
+			return fail(e)
+		}
+		s.update(idx, func(a *Attempt) { a.Status, a.Allowed = resp.StatusCode, true })
+		loc := resp.Header.Get("Location")
+		if !isRedirect(resp.StatusCode) || loc == "" {
+			return s.newResponse(resp, idx, cancel, reserved)
+		}
+		discard(resp.Body)
+		if hop == MaxRedirects {
+			return fail(newErr(abi.ErrRedirect, "more than %d redirects", MaxRedirects))
+		}
+		next, err := u.Parse(loc)
+		if err != nil {
+			return fail(newErr(abi.ErrUnavailable, "the server sent an invalid redirect Location"))
+		}
+		nu, norigin, perr := ParseURL(next.String())
+		if perr != nil {
+			return fail(&Error{Errno: abi.ErrRedirect, Msg: "refused redirect: " + perr.Error()})
+		}
+		if origin.Scheme == "https" && norigin.Scheme == "http" {
+			return fail(newErr(abi.ErrRedirect, "refused redirect from https to http (%s)", norigin))
+		}
+		if !norigin.Same(origin) {
+			for _, h := range credentialHeaders {
+				hdr.Del(h)
+			}
+			for name := range secretNames {
+				hdr.Del(name)
+			}
+			secretNames = nil
+		}
+		switch resp.StatusCode {
+		case http.StatusSeeOther:
+			if method != "HEAD" {
+				method = "GET"
+			}
+			body = nil
+		case http.StatusMovedPermanently, http.StatusFound:
+			if method == "POST" {
+				method, body = "GET", nil
+			}
+		}
+		if body == nil {
+			hdr.Del("Content-Type")
+		}
+		u, origin = nu, norigin
+	}
+}
+
+type attemptRef struct {
+	s   *Session
+	idx int
+}
+
+func isRedirect(code int) bool {
+	switch code {
+	case 301, 302, 303, 307, 308:
+		return true
+	}
+	return false
+}
+
+// discard drains a little of a redirect body so the connection can be
+// reused, then closes it.
+func discard(b io.ReadCloser) {
+	_, _ = io.CopyN(io.Discard, b, 4<<10)
+	_ = b.Close()
+}
+
+func (s *Session) chargeRequest(bodyLen int) *Error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.requests >= s.lim.MaxRequests {
+		return newErr(abi.ErrRequestBudget, "this invocation already made %d requests, the most it may make", s.lim.MaxRequests)
+	}
+	if s.bodyBytes+int64(bodyLen) > s.lim.MaxBodyBytes {
+		return newErr(abi.ErrBodyBudget, "a request body of %d bytes would pass the invocation's %d-byte body budget", bodyLen, s.lim.MaxBodyBytes)
+	}
+	s.requests++
+	s.bodyBytes += int64(bodyLen)
+	return nil
+}
+
+func auditURL(u *url.URL, o Origin) string {
+	p := u.EscapedPath()
+	if p == "" {
+		p = "/"
+	}
+	return o.String() + p
+}
+
+// buildHeader validates caller headers: token names, no CR, LF or NUL in
+// values, no hop-by-hop or framing headers. It returns the header and the
+// names whose values hold secret placeholders.
+func (s *Session) buildHeader(in map[string]string) (http.Header, map[string]bool, error) {
+	h := make(http.Header, len(in))
+	var secretNames map[string]bool
+	names := make([]string, 0, len(in))
+	for k := range in {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	total := 0
+	for _, k := range names {
+		v := in[k]
+		if !isToken(k) {
+			return nil, nil, newErr(abi.ErrInvalid, "invalid header name %q", truncate(k, 64))
+		}
+		lk := strings.ToLower(k)
+		if refusedHeaders[lk] || strings.HasPrefix(lk, "proxy-") {
+			return nil, nil, newErr(abi.ErrInvalid, "header %q is set by the host, not the handler", k)
+		}
+		if strings.ContainsAny(v, "\r\n\x00") {
+			return nil, nil, newErr(abi.ErrInvalid, "header %q has a CR, LF or NUL in its value", k)
+		}
+		total += len(k) + len(v) + 4
+		if total > s.lim.MaxRequestHeaderBytes {
+			return nil, nil, newErr(abi.ErrHeaderBudget, "the request headers are over the %d-byte cap", s.lim.MaxRequestHeaderBytes)
+		}
+		ck := http.CanonicalHeaderKey(k)
+		h.Set(ck, v)
+		if strings.Contains(v, "{{secret:") {
+			if secretNames == nil {
+				secretNames = map[string]bool{}
+			}
+			secretNames[ck] = true
+		}
+	}
+	return h, secretNames, nil
+}
+
+// substitute replaces secret placeholders in the named headers.
+func (s *Session) substitute(h http.Header, names map[string]bool) *Error {
+	for name := range names {
+		v := h.Get(name)
+		var out strings.Builder
+		for {
+			i := strings.Index(v, "{{secret:")
+			if i < 0 {
+				out.WriteString(v)
+				break
+			}
+			j := strings.Index(v[i:], "}}")
+			if j < 0 {
+				return newErr(abi.ErrInvalid, "header %q has an unterminated secret placeholder", name)
+			}
+			secret := v[i+len("{{secret:") : i+j]
+			val, ok := "", false
+			if s.opts.Secret != nil {
+				val, ok = s.opts.Secret(secret)
+			}
+			if !ok {
+				return newErr(abi.ErrNotFound, "header %q names secret %q, which is not declared or has no value", name, truncate(secret, 64))
+			}
+			if strings.ContainsAny(val, "\r\n\x00") {
+				return newErr(abi.ErrInvalid, "secret %q cannot go in a header (it contains CR, LF or NUL)", secret)
+			}
+			out.WriteString(v[:i])
+			out.WriteString(val)
+			v = v[i+j+2:]
+		}
+		h.Set(name, out.String())
+	}
+	return nil
+}
+
+func headerBytes(h http.Header) int {
+	n := 0
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// isToken reports whether s is an RFC 9110 token.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			continue
+		}
+		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
+			return false
+		}
+	}
+	return true
+}
+
+// mapErr turns a transport error into an *Error.
+func (s *Session) mapErr(rctx, parent context.Context, err error, o Origin) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	switch {
+	case parent.Err() != nil:
+		if errors.Is(parent.Err(), context.Canceled) {
+			return &Error{Errno: abi.ErrTimeout, Msg: "the invocation was cancelled", Err: err}
+		}
+		return &Error{Errno: abi.ErrTimeout, Msg: "the invocation's deadline passed during the request", Err: context.DeadlineExceeded}
+	case rctx.Err() != nil:
+		return &Error{Errno: abi.ErrTimeout, Msg: fmt.Sprintf("the request to %s timed out", o), Err: context.DeadlineExceeded}
+	case strings.Contains(err.Error(), "server response headers exceeded"):
+		return &Error{Errno: abi.ErrHeaderBudget, Msg: fmt.Sprintf("the response headers from %s are over the %d-byte cap", o, s.lim.MaxResponseHeaderBytes), Err: err}
+	}
+	return &Error{Errno: abi.ErrUnavailable, Msg: fmt.Sprintf("the request to %s failed: %v", o, stripURLFromErr(err)), Err: err}
+}
+
+// dial resolves the host once, classifies every address, and connects only
+// to an address that passed.
+func (s *Session) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	ref, _ := ctx.Value(attemptKey{}).(attemptRef)
+	setReason := func(r string) {
+		if ref.s != nil {
+			ref.s.update(ref.idx, func(a *Attempt) { a.Allowed, a.Reason = false, r })
+		}
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, newErr(abi.ErrInternal, "dial address %q: %v", addr, err)
+	}
+	var addrs []netip.Addr
+	if ip, err := netip.ParseAddr(host); err == nil {
+		addrs = []netip.Addr{ip}
+	} else {
+		addrs, err = s.opts.Resolver.LookupNetIP(ctx, "ip", host)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			setReason("DNS lookup failed")
+			return nil, &Error{Errno: abi.ErrUnavailable, Msg: fmt.Sprintf("cannot resolve %s", host), Err: err}
+		}
+		if len(addrs) > 16 {
+			addrs = addrs[:16]
+		}
+	}
+	var passed []netip.Addr
+	var denied []string
+	for _, ip := range addrs {
+		if c, ok := s.AddressAllowed(ip); ok {
+			passed = append(passed, ip)
+		} else {
+			denied = append(denied, ip.String()+" ("+string(c)+")")
+		}
+	}
+	if len(passed) == 0 {
+		r := fmt.Sprintf("%s resolves only to denied addresses: %s", host, strings.Join(denied, ", "))
+		if len(addrs) == 0 {
+			r = fmt.Sprintf("%s has no addresses", host)
+		}
+		setReason(r)
+		return nil, newErr(abi.ErrDenied, "%s", r)
+	}
+	var lastErr error
+	for _, ip := range passed {
+		target := net.JoinHostPort(ip.Unmap().WithZone("").String(), port)
+		conn, err := s.opts.Dial(ctx, network, target)
+		if err == nil {
+			if ref.s != nil {
+				ref.s.update(ref.idx, func(a *Attempt) { a.Allowed, a.Address = true, target })
+			}
+			return conn, nil
+		}
+		lastErr = err
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	setReason("connect failed")
+	return nil, lastErr
+}
+
+// AddressAllowed reports whether the session may connect to ip: a public
+// address, or one the policy names in an IP or CIDR entry, or one inside an
+// operator allow-range. It returns the address class either way.
+func (s *Session) AddressAllowed(ip netip.Addr) (Class, bool) {
+	c := Classify(ip)
+	if c == ClassPublic {
+		return c, true
+	}
+	if s.policy.namesAddress(ip) {
+		return c, true
+	}
+	for _, p := range s.opts.AllowRanges {
+		if p.Contains(ip) || p.Contains(ip.Unmap()) {
+			return c, true
+		}
+	}
+	return c, false
+}
+
+// Response is an open response. Read streams its body under the session's
+// body budget; Close releases it. Safe for use by one goroutine at a time.
+type Response struct {
+	Status int
+	Header http.Header
+	// HeaderBytes is the size of Header as counted against the budget.
+	HeaderBytes int
+
+	s        *Session
+	body     io.ReadCloser
+	cancel   context.CancelFunc
+	reserved int64
+	idx      int
+	read     int64
+	err      *Error
+	closed   bool
+	mu       sync.Mutex
+}
+
+func (s *Session) newResponse(resp *http.Response, idx int, cancel context.CancelFunc, reserved int64) (*Response, error) {
+	hb := headerBytes(resp.Header)
+	if s.opts.Memory != nil {
+		if !s.opts.Memory.Reserve(int64(hb)) {
+			discard(resp.Body)
+			cancel()
+			s.opts.Memory.Release(reserved)
+			return nil, newErr(abi.ErrMemoryBudget, "response headers of %d bytes do not fit in the memory budget", hb)
+		}
+		reserved += int64(hb)
+	}
+	r := &Response{Status: resp.StatusCode, Header: resp.Header, HeaderBytes: hb, s: s, body: resp.Body, cancel: cancel, reserved: reserved, idx: idx}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		_ = r.Close()
+		return nil, newErr(abi.ErrInternal, "the invocation's egress session is closed")
+	}
+	s.open[r] = struct{}{}
+	s.mu.Unlock()
+	return r, nil
+}
+
+// readProbe is the size of the read used to tell "body ends exactly at the
+// budget" from "body is over it".
+const readProbe = 1
+
+// Read reads body bytes into p. It returns io.EOF at the end, and an *Error
+// when a budget runs out (ErrBodyBudget, ErrMemoryBudget), on timeout
+// (ErrTimeout) or on a network failure (ErrUnavailable).
+func (r *Response) Read(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return 0, newErr(abi.ErrBadHandle, "the response is closed")
+	}
+	if r.err != nil {
+		return 0, r.err
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	s := r.s
+	s.mu.Lock()
+	remaining := s.lim.MaxBodyBytes - s.bodyBytes
+	s.mu.Unlock()
+	over := false
+	if remaining <= 0 {
+		over, p = true, p[:readProbe]
+	} else if int64(len(p)) > remaining {
+		p = p[:remaining]
+	}
+	if s.opts.Memory != nil {
+		if !s.opts.Memory.Reserve(int64(len(p))) {
+			r.err = newErr(abi.ErrMemoryBudget, "a read buffer of %d bytes does not fit in the memory budget", len(p))
+			return 0, r.err
+		}
+		defer s.opts.Memory.Release(int64(len(p)))
+	}
+	n, err := r.body.Read(p)
+	if over && n > 0 {
+		r.err = newErr(abi.ErrBodyBudget, "the response body passes the invocation's %d-byte body budget", s.lim.MaxBodyBytes)
+		return 0, r.err
+	}
+	if n > 0 {
+		r.read += int64(n)
+		s.mu.Lock()
+		s.bodyBytes += int64(n)
+		s.mu.Unlock()
+		s.update(r.idx, func(a *Attempt) { a.ResponseBytes += int64(n) })
+	}
+	if err == io.EOF {
+		return n, io.EOF
+	}
+	if err != nil {
+		var e *Error
+		switch {
+		case errors.As(err, &e):
+		case errors.Is(err, context.DeadlineExceeded):
+			e = &Error{Errno: abi.ErrTimeout, Msg: "the response body did not arrive before the timeout", Err: context.DeadlineExceeded}
+		case errors.Is(err, context.Canceled):
+			e = &Error{Errno: abi.ErrTimeout, Msg: "the invocation was cancelled", Err: err}
+		default:
+			e = &Error{Errno: abi.ErrUnavailable, Msg: "reading the response body failed: " + err.Error(), Err: err}
+		}
+		r.err = e
+		if n > 0 {
+			return n, nil
+		}
+		return 0, e
+	}
+	return n, nil
+}
+
+// Close releases the response, its connection and its memory.
+func (r *Response) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	r.mu.Unlock()
+	_ = r.body.Close()
+	r.cancel()
+	if r.s.opts.Memory != nil && r.reserved > 0 {
+		r.s.opts.Memory.Release(r.reserved)
+	}
+	r.s.mu.Lock()
+	delete(r.s.open, r)
+	r.s.mu.Unlock()
+	return nil
+}
+
+// HeadersMap returns the headers as {lower-case name: value}, multiple
+// values joined with ", ".
+func (r *Response) HeadersMap() map[string]string {
+	out := make(map[string]string, len(r.Header))
+	for k, vs := range r.Header {
+		out[strings.ToLower(k)] = strings.Join(vs, ", ")
+	}
+	return out
+}
