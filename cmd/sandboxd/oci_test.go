@@ -1,12 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/sandboxd/sandboxd/artifact"
 	"github.com/sandboxd/sandboxd/internal/registrytest"
 )
 
@@ -162,5 +166,32 @@ func TestOCIUsageErrors(t *testing.T) {
 		if code, _, stderr := runCLI(t, "", args...); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (%s)", args, code, stderr)
 		}
+	}
+}
+
+func TestParseInterspersed(t *testing.T) {
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	v := fs.String("artifact-version", "", "")
+	pos, err := parseInterspersed(fs, []string{"a.wasm", "--artifact-version", "3", "b.wasm=t/b.wasm", "ref", "--", "--odd"})
+	if err != nil || *v != "3" || strings.Join(pos, " ") != "a.wasm b.wasm=t/b.wasm ref --odd" {
+		t.Fatalf("pos %q, version %q, err %v", pos, *v, err)
+	}
+}
+
+func TestProgressLine(t *testing.T) {
+	var b bytes.Buffer
+	p := &progress{w: &b, on: true, start: time.Now(), done: map[string]int64{}, total: map[string]int64{}}
+	p.update(artifact.Progress{Digest: "sha256:a", Done: 512, Total: 2048})
+	p.update(artifact.Progress{Digest: "sha256:a", Done: 2048, Total: 2048})
+	p.finish()
+	if out := b.String(); !strings.Contains(out, "2.0 KiB / 2.0 KiB") || !strings.HasSuffix(out, "\n") {
+		t.Fatalf("progress output %q", out)
+	}
+	b.Reset()
+	q := newProgress(&b, &b) // not a terminal: silent
+	q.update(artifact.Progress{Digest: "sha256:a", Done: 1, Total: 1})
+	q.finish()
+	if b.Len() != 0 {
+		t.Fatalf("progress drawn on a non-terminal: %q", b.String())
 	}
 }
