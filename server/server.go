@@ -199,12 +199,20 @@ func (s *Server) Reload(ctx context.Context) error {
 }
 
 // current returns the serving catalog with a reference held.
+// After Close the closed catalog is returned (its tools answer
+// internal-error), so a handler never spins.
 func (s *Server) current() *catalog {
 	for {
 		s.catMu.RLock()
-		c := s.cat
+		c, closed := s.cat, s.closed
 		s.catMu.RUnlock()
 		if c.acquire() {
+			return c
+		}
+		if closed {
+			c.mu.Lock()
+			c.refs++
+			c.mu.Unlock()
 			return c
 		}
 	}
