@@ -524,3 +524,21 @@ func TestConcurrentResolvesShareOneDownload(t *testing.T) {
 		t.Fatalf("the layer was downloaded %d times", n)
 	}
 }
+
+// TestTamperedTarLayer: a tampered tar+gzip layer is reported as an
+// integrity failure, not as a broken archive.
+func TestTamperedTarLayer(t *testing.T) {
+	f := &registrytest.Faults{}
+	host := registrytest.Host(registrytest.NewInMemory(t, f))
+	echo := fixture(t, "echo_reactor.wasm")
+	layer := tarLayer(t, true, map[string][]byte{"app/echo.wasm": echo})
+	cfg := []byte(`{"architecture":"amd64","os":"linux"}`)
+	putBlob(t, host, "img/x", cfg)
+	putBlob(t, host, "img/x", layer)
+	putManifest(t, host, "img/x", "1", "application/vnd.oci.image.manifest.v1+json", manifestJSON(
+		blobDesc("application/vnd.docker.container.image.v1+json", cfg, ""),
+		[]desc{blobDesc("application/vnd.docker.image.rootfs.diff.tar.gzip", layer, "")}, "1"))
+	f.Tamper(artifact.Digest(layer))
+	_, err := newOCI(t, host, nil).Resolve(ctxT(t), ociRef(host+"/img/x:1", "app/echo.wasm", "1"))
+	wantCode(t, err, toolerr.ArtifactIntegrityFailed)
+}

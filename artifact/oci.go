@@ -615,11 +615,19 @@ func (o *OCI) scanLayer(ctx context.Context, src source, l descriptor, gz bool, 
 		return scanResult{}, err
 	}
 	defer rc.Close()
+	// A layer that does not parse may simply have been tampered with: when
+	// its digest is wrong too, that is the error to report.
+	parseErr := func(ctx context.Context, err error, l descriptor) error {
+		if _, derr := io.Copy(io.Discard, rc); errors.Is(derr, toolerr.ArtifactIntegrityFailed) {
+			return derr
+		}
+		return layerError(ctx, err, l)
+	}
 	var r io.Reader = rc
 	if gz {
 		zr, err := gzip.NewReader(rc)
 		if err != nil {
-			return scanResult{}, layerError(ctx, err, l)
+			return scanResult{}, parseErr(ctx, err, l)
 		}
 		defer zr.Close()
 		r = zr
@@ -637,7 +645,7 @@ func (o *OCI) scanLayer(ctx context.Context, src source, l descriptor, gz bool, 
 			break
 		}
 		if err != nil {
-			return scanResult{}, layerError(ctx, err, l)
+			return scanResult{}, parseErr(ctx, err, l)
 		}
 		name := cleanPath(h.Name)
 		hdir, hbase := path.Dir(name), path.Base(name)
@@ -650,7 +658,7 @@ func (o *OCI) scanLayer(ctx context.Context, src source, l descriptor, gz bool, 
 				}
 				b, err := io.ReadAll(io.LimitReader(tr, h.Size))
 				if err != nil {
-					return scanResult{}, layerError(ctx, err, l)
+					return scanResult{}, parseErr(ctx, err, l)
 				}
 				res = scanResult{state: tarFound, data: b}
 				link = ""
