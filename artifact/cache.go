@@ -1,10 +1,10 @@
 package artifact
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"hash"
 	"io"
 	"io/fs"
@@ -182,7 +182,7 @@ func (c *cache) putBytes(d string, b []byte) error {
 	if c.has(d, int64(len(b))) {
 		return nil
 	}
-	return c.write(d, int64(len(b)), int64(len(b)), strings.NewReader(string(b)), nil)
+	return c.write(d, int64(len(b)), int64(len(b)), bytes.NewReader(b), nil)
 }
 
 // moduleKey names the memo of where modulePath lives inside manifest m.
@@ -303,11 +303,4 @@ func (p *progressWriter) Write(b []byte) (int, error) {
 	p.n += int64(n)
 	p.fn(p.n)
 	return n, err
-}
-
-func describe(d string) string {
-	if len(d) > 19 {
-		return d[:19]
-	}
-	return fmt.Sprint(d)
 }

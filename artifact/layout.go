@@ -147,8 +147,6 @@ func (s *layoutSource) open(d string, size, max int64, what string) (io.ReadClos
 	return &verifier{r: f, c: f, digest: d, size: st.Size(), h: sha256.New(), what: what}, nil
 }
 
-func (s *layoutSource) describe() string { return LayoutPrefix + s.dir }
-
 // writeLayout stores blobs and a manifest in the OCI layout directory dir
 // (created when absent) and points tag at it in index.json, replacing any
 // manifest the tag named before. Files are written atomically.

@@ -201,7 +201,6 @@ type source interface {
 	// blob opens blob d of size bytes as a reader that verifies its digest;
 	// its bytes are trustworthy only once it returned io.EOF.
 	blob(ctx context.Context, d string, size int64, progress func(int64)) (io.ReadCloser, error)
-	describe() string
 }
 
 func (o *OCI) source(r *imageRef) (source, error) {
@@ -212,8 +211,7 @@ func (o *OCI) source(r *imageRef) (source, error) {
 	if err != nil {
 		return nil, err
 	}
-	_ = c
-	return &remoteSource{o: o, ref: r}, nil
+	return &remoteSource{o: o, ref: r, cache: c}, nil
 }
 
 type descriptor struct {
@@ -295,12 +293,11 @@ func (a *Artifact) Modules() []string {
 
 // opened is an artifact whose manifest has been fetched and checked.
 type opened struct {
-	src  source
-	ref  *imageRef
-	raw  []byte
-	doc  manifestDoc
-	art  Artifact
-	desc string // how errors name it
+	src source
+	ref *imageRef
+	raw []byte
+	doc manifestDoc
+	art Artifact
 }
 
 // open fetches and validates the image manifest ref names, following an
@@ -555,10 +552,10 @@ func readError(ctx context.Context, err error, d string) error {
 // first, honouring whiteouts. The module is cached as its own blob and the
 // finding memoised, so a later resolve reads neither layer.
 func (o *OCI) moduleFromImage(ctx context.Context, op *opened, modulePath, want string) ([]byte, string, error) {
-	_, remote := op.src.(*remoteSource)
+	rs, remote := op.src.(*remoteSource)
 	if remote {
-		if md, ok := o.cache.lookupModule(op.art.Digest, want); ok {
-			if b, err := o.cache.readBlob(md, -1); err == nil {
+		if md, ok := rs.cache.lookupModule(op.art.Digest, want); ok {
+			if b, err := rs.cache.readBlob(md, -1); err == nil {
 				return b, md, nil
 			}
 		}
@@ -581,8 +578,8 @@ layers:
 		case tarFound:
 			d := Digest(res.data)
 			if remote {
-				if err := o.cache.putBytes(d, res.data); err == nil {
-					o.cache.rememberModule(op.art.Digest, want, d)
+				if err := rs.cache.putBytes(d, res.data); err == nil {
+					rs.cache.rememberModule(op.art.Digest, want, d)
 				}
 			}
 			return res.data, d, nil

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -90,8 +89,9 @@ func registryError(ctx context.Context, err error, what string) *toolerr.Error {
 
 // remoteSource reads one repository of a registry through the cache.
 type remoteSource struct {
-	o   *OCI
-	ref *imageRef
+	o     *OCI
+	ref   *imageRef
+	cache *cache
 }
 
 func (s *remoteSource) url(kind, ident string) string {
@@ -167,7 +167,7 @@ func (s *remoteSource) headTag(ctx context.Context, tag string) (string, int64, 
 		return "", 0, err
 	}
 	d := Digest(raw)
-	if err := s.o.cache.putBytes(d, raw); err != nil {
+	if err := s.cache.putBytes(d, raw); err != nil {
 		return "", 0, err
 	}
 	return d, int64(len(raw)), nil
@@ -179,7 +179,7 @@ func (s *remoteSource) manifest(ctx context.Context, d string, size int64) ([]by
 	if size > MaxManifestSize {
 		return nil, toolerr.New(toolerr.ArtifactRefused, "manifest %s is %d bytes, over the %d-byte cap", d, size, MaxManifestSize)
 	}
-	if b, err := s.o.cache.readBlob(d, size); err == nil {
+	if b, err := s.cache.readBlob(d, size); err == nil {
 		return b, nil
 	} else if !errors.Is(err, errNotCached) {
 		return nil, err
@@ -194,7 +194,7 @@ func (s *remoteSource) manifest(ctx context.Context, d string, size int64) ([]by
 	if size >= 0 && int64(len(raw)) != size {
 		return nil, toolerr.New(toolerr.ArtifactIntegrityFailed, "manifest %s has %d bytes, its descriptor says %d", d, len(raw), size)
 	}
-	if err := s.o.cache.putBytes(d, raw); err != nil {
+	if err := s.cache.putBytes(d, raw); err != nil {
 		return nil, err
 	}
 	return raw, nil
@@ -224,7 +224,7 @@ func (s *remoteSource) getManifest(ctx context.Context, ident string) ([]byte, e
 // blob opens blob d (size bytes) from the cache, downloading it first when
 // absent. Concurrent callers for one digest share one download.
 func (s *remoteSource) blob(ctx context.Context, d string, size int64, progress func(int64)) (io.ReadCloser, error) {
-	if rc, err := s.o.cache.openBlob(d, size); err == nil {
+	if rc, err := s.cache.openBlob(d, size); err == nil {
 		return rc, nil
 	} else if !errors.Is(err, errNotCached) {
 		return nil, err
@@ -232,7 +232,7 @@ func (s *remoteSource) blob(ctx context.Context, d string, size int64, progress 
 	if err := s.o.flight.do(ctx, d, func() error { return s.download(ctx, d, size, progress) }); err != nil {
 		return nil, err
 	}
-	return s.o.cache.openBlob(d, size)
+	return s.cache.openBlob(d, size)
 }
 
 // download fetches blob d into the cache. The descriptor's size is checked
@@ -257,7 +257,7 @@ func (s *remoteSource) download(ctx context.Context, d string, size int64, progr
 			resp.Body.Close()
 			return toolerr.New(toolerr.ArtifactIntegrityFailed, "registry sends %d bytes for blob %s, its descriptor says %d", resp.ContentLength, d, size)
 		}
-		err = s.o.cache.write(d, size, s.o.cfg.maxBlob, resp.Body, progress)
+		err = s.cache.write(d, size, s.o.cfg.maxBlob, resp.Body, progress)
 		resp.Body.Close()
 		if err == nil {
 			return nil
@@ -284,7 +284,3 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	}
 }
-
-func (s *remoteSource) describe() string { return s.ref.repo.Name() }
-
-var _ = strings.TrimSpace
