@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"os"
 	"regexp"
 	"strconv"
 	"sync"
@@ -590,17 +591,30 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		transportError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes", MaxBodyBytes))
 		return
 	}
+	// The caller's deadline covers receiving the body too (a trickling
+	// client cannot hold an accepted call forever); it is lifted once the
+	// body is in, so that a disconnect can still be noticed.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(deadline)
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			transportError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes", MaxBodyBytes))
-		}
-		return // the client went away mid-body: nothing ran, nobody to answer
-	}
-
+	_ = rc.SetReadDeadline(time.Time{})
 	c := s.current()
 	defer c.release()
+	if err != nil {
+		// The rest of the body will not be read: close the connection
+		// after the answer instead of waiting to drain it.
+		w.Header().Set("Connection", "close")
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(err, &mbe):
+			transportError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes", MaxBodyBytes))
+		case errors.Is(err, os.ErrDeadlineExceeded) || !time.Now().Before(deadline):
+			s.answer(w, c, start, protoErr(WireDeadlineExceeded, "the %d ms deadline passed while the request body was still arriving", timeout.Milliseconds()), nil, "")
+		default:
+			// The client went away mid-body: nothing ran, nobody to answer.
+		}
+		return
+	}
 	traceID, spanID := parseTraceparent(r.Header.Get(HeaderTraceparent))
 	inv, werr := parseFrame(body)
 	if werr != nil {

@@ -1,12 +1,15 @@
 package server_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -568,4 +571,25 @@ func TestValidToken(t *testing.T) {
 	if err == nil {
 		t.Error("New accepted an empty token")
 	}
+}
+
+// A client that trickles its body is answered at its deadline.
+func TestSlowBodyAnsweredAtDeadline(t *testing.T) {
+	ts := start(t, server.StaticSource{Tools: []server.StaticTool{echoTool()}}, server.Options{})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(ts.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/invoke HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nkindgi-pack-token: %s\r\nkindgi-timeout-ms: 300\r\nContent-Length: 100\r\n\r\n{\"v\":2,", token)
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	r := &response{res.StatusCode, res.Header, b}
+	checkAnswer(t, r)
+	wantError(t, r, "deadline-exceeded")
 }
