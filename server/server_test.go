@@ -417,58 +417,76 @@ func TestSaturationAndRecovery(t *testing.T) {
 	}
 }
 
-// Many goroutines, mixed tools including spinning and memory-bombing
-// guests: well-behaved calls keep succeeding, nothing answers 5xx, every
-// answer validates.
+// Many goroutines, mixed tools: hostile guests (spinning, memory-bombing,
+// running into their deadline) hammer the service while well-behaved calls
+// keep succeeding, every one of them: the per-tool cap keeps the hostile
+// tools from taking every slot. Nothing answers 5xx; every answer
+// validates.
 func TestHammer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("hammer")
 	}
-	ts := start(t, server.StaticSource{Tools: standardTools(t)}, server.Options{MaxConcurrency: 8, QueueSize: 256, PerToolConcurrency: 4})
-	type job struct{ tool, input, code string }
-	jobs := []job{
-		{"acme.echo", `{"message":"m"}`, ""},
-		{"t.counter", `{}`, ""},
-		{"t.spin", `{}`, "handler-throw"},
-		{"t.membomb", `{}`, "handler-throw"},
-		{"t.trap", `{}`, "handler-throw"},
-		{"acme.echo", `{"message":"m","repeat":100}`, ""},
-		{"t.echo", `{"name":"n"}`, ""},
-	}
-	var ok, busy atomic.Int64
-	var wg sync.WaitGroup
-	for g := 0; g < 16; g++ {
-		wg.Add(1)
+	ts := start(t, server.StaticSource{Tools: standardTools(t)}, server.Options{MaxConcurrency: 8, QueueSize: 256, PerToolConcurrency: 2})
+	stop := make(chan struct{})
+	var hostile, refused atomic.Int64
+	var hwg sync.WaitGroup
+	for g := 0; g < 9; g++ {
+		hwg.Add(1)
 		go func(g int) {
-			defer wg.Done()
-			for i := 0; i < 12; i++ {
-				j := jobs[(g+i)%len(jobs)]
-				r, err := do(t, context.Background(), "POST", ts.url+"/v1/invoke", strings.NewReader(invokeBody(j.tool, j.input)), authJSON())
+			defer hwg.Done()
+			tool, hdr := []string{"t.spin", "t.membomb", "t.loop"}[g%3], []string{"kindgi-timeout-ms", "200"}
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r, err := do(t, context.Background(), "POST", ts.url+"/v1/invoke", strings.NewReader(invokeBody(tool, `{}`)), authJSON(hdr...))
 				if err != nil {
 					t.Error(err)
 					return
 				}
 				checkAnswer(t, r)
-				switch {
-				case r.status == 503:
-					busy.Add(1)
-				case r.status != 200:
-					t.Errorf("%s: %d %s", j.tool, r.status, r.body)
-				case j.code == "":
-					wantResult(t, r, "")
-					ok.Add(1)
+				switch r.status {
+				case 503:
+					refused.Add(1)
+				case 200:
+					if r.msg(t)["kind"] != "error" {
+						t.Errorf("%s succeeded: %s", tool, r.body)
+					}
+					hostile.Add(1)
 				default:
-					wantError(t, r, j.code)
+					t.Errorf("%s: %d %s", tool, r.status, r.body)
 				}
 			}
 		}(g)
 	}
-	wg.Wait()
-	if ok.Load() == 0 {
-		t.Fatal("no well-behaved call succeeded")
+	type job struct{ tool, input, output string }
+	jobs := []job{
+		{"acme.echo", `{"message":"m","repeat":3}`, `{"echo":"mmm","length":3}`},
+		{"t.counter", `{}`, `{"count":1}`},
+		{"t.echo", `{"name":"n"}`, `{"name":"n","opts":{"depth":3}}`},
 	}
-	t.Logf("%d well-behaved calls succeeded, %d refused with 503 (per-tool cap)", ok.Load(), busy.Load())
-	wantResult(t, ts.invoke(t, invokeBody("t.counter", `{}`)), `{"count":1}`)
+	var ok atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 2*len(jobs); g++ { // two clients per tool: never over its cap
+		wg.Add(1)
+		go func(j job) {
+			defer wg.Done()
+			for i := 0; i < 10; i++ {
+				r := ts.invoke(t, invokeBody(j.tool, j.input))
+				wantResult(t, r, j.output)
+				ok.Add(1)
+			}
+		}(jobs[g%len(jobs)])
+	}
+	wg.Wait()
+	close(stop)
+	hwg.Wait()
+	t.Logf("%d well-behaved calls succeeded beside %d hostile calls (%d more refused with 503)", ok.Load(), hostile.Load(), refused.Load())
+	if hostile.Load() == 0 {
+		t.Error("no hostile call ran")
+	}
 	eventually(t, "all slots back", func() bool { return ts.metric(t, "sandboxd_inflight_calls") == "0" })
 }
 
