@@ -121,3 +121,27 @@ func TestRealRegistryRoundTrip(t *testing.T) {
 	_, err = down.Resolve(ctx, artifact.Ref{Kind: artifact.KindOCI, ImageRef: reg.Host + "/acme/pack:1.0.0", ModulePath: "echo.wasm", ArtifactVersion: "20261129.1"})
 	wantCode(t, err, toolerr.ArtifactUnavailable)
 }
+
+// TestRealRegistryFaults puts a fault-injecting proxy in front of a real
+// docker-registry: 5xx answers are retried, a tampered blob is refused, an
+// interrupted download is restarted.
+func TestRealRegistryFaults(t *testing.T) {
+	reg := registrytest.Start(t)
+	f := &registrytest.Faults{}
+	host := registrytest.Host(registrytest.NewProxy(t, reg.Host, f))
+	wasm := fixture(t, "go_echo_reactor.wasm")
+	a := pushWasm(t, newOCI(t, reg.Host, nil), reg.Host+"/acme/faults:1", "1", artifact.PushModule{Title: "m.wasm", Wasm: wasm})
+	ref := ociRef(host+"/acme/faults@"+a.Digest, "m.wasm", "1")
+
+	f.FailNext(2, 503, "/blobs/")
+	if m, err := newOCI(t, host, nil).Resolve(ctxT(t), ref); err != nil || m.Digest != a.Layers[0].Digest {
+		t.Fatalf("503 twice, then success: %v", err)
+	}
+	f.Cut(a.Layers[0].Digest, 1)
+	if _, err := newOCI(t, host, nil).Resolve(ctxT(t), ref); err != nil {
+		t.Fatalf("one interrupted download: %v", err)
+	}
+	f.Tamper(a.Layers[0].Digest)
+	_, err := newOCI(t, host, nil).Resolve(ctxT(t), ref)
+	wantCode(t, err, toolerr.ArtifactIntegrityFailed)
+}

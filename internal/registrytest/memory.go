@@ -6,6 +6,8 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -201,4 +203,21 @@ func NewInMemory(t testing.TB, f *Faults) *httptest.Server {
 // Host returns the "127.0.0.1:port" of an httptest server.
 func Host(srv *httptest.Server) string {
 	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+// NewProxy serves a reverse proxy to the registry at host (such as a
+// Registry started by Start) on a loopback port, with the faults of f
+// applied. It is closed in t.Cleanup.
+func NewProxy(t testing.TB, host string, f *Faults) *httptest.Server {
+	t.Helper()
+	target := &url.URL{Scheme: "http", Host: host}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.ErrorLog = log.New(io.Discard, "", 0)
+	var h http.Handler = rp
+	if f != nil {
+		h = f.Wrap(h)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
 }
