@@ -80,7 +80,7 @@ func newOCICommand(name, usage string, stderr io.Writer) *ociCommand {
 	c.fs.SetOutput(stderr)
 	c.flags.register(c.fs, true)
 	c.fs.Usage = func() {
-		fmt.Fprintf(stderr, "%s\nFlags:\n", usage)
+		fmt.Fprintf(stderr, "%s\n\nFlags:\n", usage)
 		c.fs.PrintDefaults()
 	}
 	return c
