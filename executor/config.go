@@ -29,6 +29,7 @@ type Config struct {
 	observer       func(CallEvent)
 	poolSize       int
 	poolSizeSet    bool
+	egress         egressConfig // config_egress.go
 }
 
 // Defaults applied by NewConfig.

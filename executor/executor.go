@@ -154,6 +154,9 @@ func (e *Executor) load(ctx context.Context, mt *manifest.Tool, o *loadOptions) 
 	if posture == manifest.PostureStrict && mt.Network != nil && mt.Network.Kind == "unrestricted" {
 		return nil, toolerr.New(toolerr.PolicyRefused, "a strict tool cannot have network kind \"unrestricted\"")
 	}
+	if err := checkNetwork(mt); err != nil { // egress.go
+		return nil, err
+	}
 	if mt.CodeArtifactRef == nil {
 		if len(mt.Spec) > 0 {
 			return nil, toolerr.New(toolerr.LevelNotSupported, "declarative tools (spec) are not supported by this sandboxd yet; give a codeArtifactRef")

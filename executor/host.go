@@ -42,6 +42,7 @@ type invocation struct {
 	logLines  int
 	logBytes  int
 	logDrops  int
+	egress    *egressState // the HTTP import's state, from the first http_request
 }
 
 // declaredError is what a guest passed to error_set.
@@ -213,20 +214,40 @@ func (t *Tool) instantiateHost(ctx context.Context, r wazero.Runtime) error {
 			stack[0] = api.EncodeI64(int64(abi.ErrNoInvocation))
 			return
 		}
-		stack[0] = api.EncodeI64(int64(inv.fail(abi.ErrDenied, "network egress is denied: this sandboxd does not grant the tool network access")))
+		stack[0] = api.EncodeI64(inv.httpRequest(ctx, mod, api.DecodeU32(stack[0]), api.DecodeU32(stack[1]), api.DecodeU32(stack[2]), api.DecodeU32(stack[3])))
 	})
-	badHandle := func(ctx context.Context, mod api.Module, stack []uint64) {
+	def(abi.FnHTTPStatus, func(ctx context.Context, mod api.Module, stack []uint64) {
 		inv := invocationFrom(ctx)
 		if inv == nil {
 			noInvocation(stack)
 			return
 		}
-		stack[0] = api.EncodeI32(inv.fail(abi.ErrBadHandle, "unknown response handle %d", api.DecodeI32(stack[0])))
-	}
-	def(abi.FnHTTPStatus, badHandle)
-	def(abi.FnHTTPHeaders, badHandle)
-	def(abi.FnHTTPBodyRead, badHandle)
-	def(abi.FnHTTPClose, badHandle)
+		stack[0] = api.EncodeI32(inv.httpStatus(api.DecodeI32(stack[0])))
+	})
+	def(abi.FnHTTPHeaders, func(ctx context.Context, mod api.Module, stack []uint64) {
+		inv := invocationFrom(ctx)
+		if inv == nil {
+			noInvocation(stack)
+			return
+		}
+		stack[0] = api.EncodeI32(inv.httpHeaders(mod, api.DecodeI32(stack[0]), api.DecodeU32(stack[1]), api.DecodeU32(stack[2])))
+	})
+	def(abi.FnHTTPBodyRead, func(ctx context.Context, mod api.Module, stack []uint64) {
+		inv := invocationFrom(ctx)
+		if inv == nil {
+			noInvocation(stack)
+			return
+		}
+		stack[0] = api.EncodeI32(inv.httpBodyRead(mod, api.DecodeI32(stack[0]), api.DecodeU32(stack[1]), api.DecodeU32(stack[2])))
+	})
+	def(abi.FnHTTPClose, func(ctx context.Context, mod api.Module, stack []uint64) {
+		inv := invocationFrom(ctx)
+		if inv == nil {
+			noInvocation(stack)
+			return
+		}
+		stack[0] = api.EncodeI32(inv.httpClose(api.DecodeI32(stack[0])))
+	})
 	named := func(lookup func(inv *invocation, name string) ([]byte, abi.Errno, string)) api.GoModuleFunc {
 		return func(ctx context.Context, mod api.Module, stack []uint64) {
 			inv := invocationFrom(ctx)
@@ -249,7 +270,7 @@ func (t *Tool) instantiateHost(ctx context.Context, r wazero.Runtime) error {
 		}
 	}
 	def(abi.FnSecretGet, named(func(inv *invocation, name string) ([]byte, abi.Errno, string) {
-		return inv.tool.secret(inv, name)
+		return inv.secretGet(name)
 	}))
 	def(abi.FnConfigGet, named(func(inv *invocation, name string) ([]byte, abi.Errno, string) {
 		return inv.tool.config(inv, name)
