@@ -236,3 +236,16 @@ func TestHelperResolve(t *testing.T) {
 	}
 	fmt.Printf("digest=%s\n", m.Digest)
 }
+
+func TestAnchorLayout(t *testing.T) {
+	for _, c := range [][3]string{
+		{"oci-layout:l:v1", "/m", "oci-layout:/m/l:v1"},
+		{"oci-layout:/abs:v1", "/m", "oci-layout:/abs:v1"},
+		{"oci-layout:l", "", "oci-layout:l"},
+		{"localhost:5000/a:1", "/m", "localhost:5000/a:1"},
+	} {
+		if got := artifact.AnchorLayout(c[0], c[1]); got != c[2] {
+			t.Errorf("AnchorLayout(%q, %q) = %q, want %q", c[0], c[1], got, c[2])
+		}
+	}
+}

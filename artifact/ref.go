@@ -3,6 +3,7 @@ package artifact
 import (
 	"fmt"
 	"net"
+	"path/filepath"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -138,4 +139,15 @@ func checkInsecureHost(h string) error {
 		return fmt.Errorf("insecure registry %q: plain HTTP is only allowed to loopback registries (localhost, 127.0.0.0/8, ::1)", h)
 	}
 	return nil
+}
+
+// AnchorLayout makes the directory of a relative "oci-layout:" imageRef
+// relative to baseDir (the directory of the manifest that names it), as
+// relative filesystem modulePaths are. Other imageRefs are returned as is.
+func AnchorLayout(imageRef, baseDir string) string {
+	rest, ok := strings.CutPrefix(imageRef, LayoutPrefix)
+	if !ok || baseDir == "" || rest == "" || filepath.IsAbs(rest) {
+		return imageRef
+	}
+	return LayoutPrefix + filepath.Join(baseDir, rest)
 }

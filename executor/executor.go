@@ -194,6 +194,9 @@ func (e *Executor) resolve(ctx context.Context, m *manifest.Manifest, o *loadOpt
 		}
 		return artifact.Filesystem{BaseDir: o.baseDir}.Resolve(ctx, ref)
 	}
+	if ref.Kind == artifact.KindOCI {
+		ref.ImageRef = artifact.AnchorLayout(ref.ImageRef, o.baseDir)
+	}
 	if ref.Kind == artifact.KindOCI && m.Posture() == manifest.PostureStrict && !artifact.DigestPinned(ref.ImageRef) {
 		return nil, toolerr.New(toolerr.ArtifactRefused, "a strict tool's imageRef must be pinned by digest (…@sha256:…), got %q", ref.ImageRef)
 	}

@@ -147,6 +147,16 @@ func TestOCILayoutPushRun(t *testing.T) {
 			t.Fatalf("%s: %v", ref, env)
 		}
 	}
+	// A relative layout directory is anchored at the manifest's directory.
+	rel := ociManifest(t, "oci-layout:layout:v1", "handlers/echo.wasm", "7", nil)
+	relManifest := filepath.Join(filepath.Dir(dir), "tool.json")
+	if b, err := os.ReadFile(rel); err != nil || os.WriteFile(relManifest, b, 0o600) != nil {
+		t.Fatal(err)
+	}
+	_, stdout, _ = runCLI(t, "", "run", "--manifest", relManifest, "--input", in, "--artifact-cache-dir", cache)
+	if env := envelope(t, stdout); env["kind"] != "result" {
+		t.Fatalf("relative oci-layout ref: %v", env)
+	}
 	code, stdout, _ = runCLI(t, "", "inspect", "--json", pinned)
 	if code != 0 || !strings.Contains(stdout, `"title": "handlers/echo.wasm"`) {
 		t.Fatalf("inspect --json: exit %d\n%s", code, stdout)
