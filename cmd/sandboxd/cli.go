@@ -121,6 +121,8 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	eventsDest := fs.String("events", "", "write the call's lifecycle events (pending → in_progress → completed|failed) as JSON lines to this file; - writes them to stderr, since stdout carries only the envelope")
 	var ociOpts ociFlags
 	ociOpts.register(fs, false)
+	var egressOpts egressFlags
+	egressOpts.register(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sandboxd run [--manifest tool.json --input input.json|-] [flags]\n\n"+
 			"Runs one call and prints exactly one JSON envelope on stdout:\n"+
@@ -219,6 +221,9 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		WithRefusedPostures(postures...).
 		WithGuestOutput(stderr, stderr).
 		WithPoolSize(0) // one call: a pre-warmed pool would only compete with it
+	if cfg, err = egressOpts.apply(cfg); err != nil {
+		return usage("%v", err)
+	}
 	if *eventsDest != "" {
 		rec, err := events.Open(*eventsDest, stderr) // "-" → stderr: stdout is exactly one JSON document
 		if err != nil {

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"net/netip"
+
+	"github.com/sandboxd/sandboxd/executor"
+)
+
+// egressFlags are the operator's egress and secret settings shared by the
+// commands that run tools.
+type egressFlags struct {
+	allowCIDRs   stringList
+	secretsFiles stringList
+	secretsEnv   string
+}
+
+func (f *egressFlags) register(fs *flag.FlagSet) {
+	fs.Var(&f.allowCIDRs, "egress-allow-cidr", "let the HTTP import reach addresses in this CIDR although they are loopback/private/link-local (repeatable; the tool's network policy must still admit the host)")
+	fs.Var(&f.secretsFiles, "secrets-file", "operator secrets: a JSON object {\"NAME\":\"value\"} or NAME=VALUE lines (repeatable; later files win; only names a tool declares in needsSpec.secrets are used)")
+	fs.StringVar(&f.secretsEnv, "secrets-env-prefix", "", "operator secrets from environment variables PREFIX+NAME (the call context's secrets and --secrets-file win)")
+}
+
+// apply adds the settings to cfg. Errors never contain a secret value.
+func (f *egressFlags) apply(cfg executor.Config) (executor.Config, error) {
+	var ranges []netip.Prefix
+	for _, s := range f.allowCIDRs {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			ip, ierr := netip.ParseAddr(s)
+			if ierr != nil {
+				return cfg, fmt.Errorf("--egress-allow-cidr: %q is not a CIDR or an IP address", s)
+			}
+			p = netip.PrefixFrom(ip, ip.BitLen())
+		}
+		ranges = append(ranges, p.Masked())
+	}
+	if len(ranges) > 0 {
+		cfg = cfg.WithEgressAllowCIDRs(ranges...)
+	}
+	var srcs []executor.SecretSource
+	for i := len(f.secretsFiles) - 1; i >= 0; i-- {
+		s, err := executor.SecretsFromFile(f.secretsFiles[i])
+		if err != nil {
+			return cfg, fmt.Errorf("--secrets-file: %v", err)
+		}
+		srcs = append(srcs, s)
+	}
+	if f.secretsEnv != "" {
+		srcs = append(srcs, executor.SecretsFromEnv(f.secretsEnv))
+	}
+	if len(srcs) > 0 {
+		cfg = cfg.WithSecrets(executor.ChainSecrets(srcs...))
+	}
+	return cfg, nil
+}
