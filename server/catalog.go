@@ -61,6 +61,7 @@ type packSpec struct {
 	packID, packVersion, artifactVersion string
 	requiredEnv                          []string
 	hasEnv                               bool
+	unsupportedChecks                    []string
 	tools                                []toolSpec
 }
 
@@ -89,15 +90,15 @@ type IndexSource struct {
 const maxModuleBytes = 256 << 20
 
 type indexDoc struct {
-	V               *int            `json:"v"`
-	PackID          string          `json:"packId"`
-	PackVersion     string          `json:"packVersion"`
-	ArtifactVersion string          `json:"artifactVersion"`
-	PublishedAt     string          `json:"publishedAt"`
-	Tools           []indexTool     `json:"tools"`
-	Guardrails      json.RawMessage `json:"guardrails"`
-	Agents          json.RawMessage `json:"agents"`
-	Flows           json.RawMessage `json:"flows"`
+	V               *int                         `json:"v"`
+	PackID          string                       `json:"packId"`
+	PackVersion     string                       `json:"packVersion"`
+	ArtifactVersion string                       `json:"artifactVersion"`
+	PublishedAt     string                       `json:"publishedAt"`
+	Tools           []indexTool                  `json:"tools"`
+	Guardrails      []map[string]json.RawMessage `json:"guardrails"`
+	Agents          json.RawMessage              `json:"agents"`
+	Flows           json.RawMessage              `json:"flows"`
 	Env             *struct {
 		Required []string `json:"required"`
 		Optional []string `json:"optional"`
@@ -153,6 +154,13 @@ func (s IndexSource) load() (*packSpec, []Problem) {
 	spec := &packSpec{packID: doc.PackID, packVersion: doc.PackVersion, artifactVersion: doc.ArtifactVersion}
 	if doc.Env != nil {
 		spec.requiredEnv, spec.hasEnv = doc.Env.Required, true
+	}
+	for _, g := range doc.Guardrails {
+		var id string
+		if json.Unmarshal(g["checkId"], &id) != nil || id == "" {
+			_ = json.Unmarshal(g["id"], &id)
+		}
+		spec.unsupportedChecks = append(spec.unsupportedChecks, id)
 	}
 	var problems []Problem
 	for _, t := range doc.Tools {
@@ -304,6 +312,7 @@ type catalog struct {
 	packID, packVersion, artifactVersion string
 	requiredEnv                          []string
 	hasEnv                               bool
+	unsupportedChecks                    []string
 	tools                                map[string]*entry
 	order                                []string
 
@@ -328,7 +337,7 @@ func loadCatalog(ctx context.Context, exec *executor.Executor, src Source, perTo
 		return nil, problems
 	}
 	c := &catalog{packID: spec.packID, packVersion: spec.packVersion, artifactVersion: spec.artifactVersion,
-		requiredEnv: spec.requiredEnv, hasEnv: spec.hasEnv, tools: map[string]*entry{}}
+		requiredEnv: spec.requiredEnv, hasEnv: spec.hasEnv, unsupportedChecks: spec.unsupportedChecks, tools: map[string]*entry{}}
 	h := sha256.New()
 	for _, ts := range spec.tools {
 		t, err := exec.Load(ctx, ts.man, ts.opts...)
@@ -365,6 +374,13 @@ func (c *catalog) close(ctx context.Context) {
 	for _, e := range c.tools {
 		_ = e.tool.Close(ctx)
 	}
+}
+
+// hold takes another reference on a catalog the caller already holds.
+func (c *catalog) hold() {
+	c.mu.Lock()
+	c.refs++
+	c.mu.Unlock()
 }
 
 // acquire takes a reference; false when the catalog is retired.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -32,6 +33,10 @@ func writeIndex(t *testing.T, tools []map[string]any, env map[string]any, module
 		"v": 1, "packId": "acme", "packVersion": "2.0.0", "artifactVersion": "20260920.1",
 		"publishedAt": "2026-09-20T14:32:07.104Z", "tools": tools,
 		"guardrails": []any{}, "agents": []any{}, "flows": []any{},
+	}
+	if guardrails, ok := env["guardrails"]; ok {
+		doc["guardrails"] = guardrails
+		delete(env, "guardrails")
 	}
 	if env != nil {
 		doc["env"] = env
@@ -213,4 +218,22 @@ func TestDirSourceAndReload(t *testing.T) {
 		t.Errorf("info after reload %s", r.body)
 	}
 	wantResult(t, ts.invoke(t, invokeBody("acme.echo", `{"message":"after"}`)), "")
+}
+
+// An index with guardrail checks still serves its tools; the checks are
+// announced as unsupported and check-invoke answers check-not-in-pack.
+func TestIndexWithGuardrails(t *testing.T) {
+	index, root := writeIndex(t, []map[string]any{indexTool("acme.echo", "echo.wasm")},
+		map[string]any{"required": []string{}, "optional": []string{}, "guardrails": []any{
+			map[string]any{"id": "g1", "kind": "code", "action": map[string]any{"on-violation": "block"}, "checkModulePath": "g.ts", "checkId": "no-pii"},
+			map[string]any{"id": "g2", "kind": "code", "action": map[string]any{}, "checkModulePath": "g.ts"},
+		}},
+		map[string][]byte{"echo.wasm": examples.EchoWasm})
+	ts := start(t, server.IndexSource{Index: index, ModuleRoot: root}, server.Options{})
+	ev := ts.logs.records(t, "checks-unsupported")
+	if len(ev) != 1 || fmt.Sprint(ev[0]["checks"]) != "[no-pii g2]" {
+		t.Fatalf("checks-unsupported %v", ev)
+	}
+	wantError(t, ts.invoke(t, `{"v":2,"kind":"check-invoke","check":{"id":"no-pii"},"config":{},"trace":{}}`), "check-not-in-pack")
+	wantResult(t, ts.invoke(t, invokeBody("acme.echo", `{"message":"x"}`)), "")
 }

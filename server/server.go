@@ -145,6 +145,10 @@ func New(ctx context.Context, exec *executor.Executor, src Source, opts Options)
 		return nil, &BootError{Problems: problems}
 	}
 	s.cat = cat
+	if len(cat.unsupportedChecks) > 0 {
+		s.log.Warn("checks-unsupported", "checks", cat.unsupportedChecks,
+			"message", "the index names guardrail checks; sandboxd runs tools only, so check-invoke answers check-not-in-pack")
+	}
 	return s, nil
 }
 
@@ -695,10 +699,12 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		err error
 	}
 	done := make(chan outcome, 1)
+	c.hold() // the guest may outlive this handler (answered at the deadline)
 	go func() {
 		defer func() {
 			s.adm.leave()
 			<-e.inflight
+			c.release()
 		}()
 		res, err := e.tool.Invoke(ctx, executor.Request{CallID: callID, Input: inv.input, Context: inv.ctx})
 		done <- outcome{res, err}
