@@ -611,3 +611,19 @@ func TestSlowBodyAnsweredAtDeadline(t *testing.T) {
 	checkAnswer(t, r)
 	wantError(t, r, "deadline-exceeded")
 }
+
+// internal-error is an HTTP 500 (the service failed), never a protocol
+// message: here the tools were closed under a running listener.
+func TestInternalErrorIs500(t *testing.T) {
+	ts := start(t, server.StaticSource{Tools: []server.StaticTool{echoTool()}}, server.Options{})
+	if err := ts.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r := ts.invoke(t, invokeBody("acme.echo", `{"message":"x"}`))
+	if r.status != http.StatusInternalServerError {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	if calls := ts.logs.records(t, "call"); len(calls) != 1 || calls[0]["outcome"] != "internal-error" {
+		t.Errorf("call records %v", calls)
+	}
+}
