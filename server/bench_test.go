@@ -21,8 +21,18 @@ import (
 //
 //	go test -run '^$' -bench InvokeEcho -benchtime 2000x ./server
 func BenchmarkInvokeEcho(b *testing.B) {
-	ts := start(b, server.StaticSource{Tools: []server.StaticTool{echoTool()}}, server.Options{MaxConcurrency: 16})
-	body := invokeBody("acme.echo", `{"message":"hello from sandboxd"}`)
+	benchInvoke(b, echoTool(), invokeBody("acme.echo", `{"message":"hello from sandboxd"}`))
+}
+
+// BenchmarkInvokeCounter is the same with the tiny WAT counter fixture
+// (context-isolated): what the service costs when instantiating the guest
+// is nearly free.
+func BenchmarkInvokeCounter(b *testing.B) {
+	benchInvoke(b, tool(b, "t.counter", "counter", 16, 1000, nil), invokeBody("t.counter", `{}`))
+}
+
+func benchInvoke(b *testing.B, st server.StaticTool, body string) {
+	ts := start(b, server.StaticSource{Tools: []server.StaticTool{st}}, server.Options{MaxConcurrency: 16})
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	call := func() error {
 		req, _ := http.NewRequestWithContext(context.Background(), "POST", ts.url+"/v1/invoke", strings.NewReader(body))
