@@ -159,7 +159,7 @@ func (e *Executor) load(ctx context.Context, mt *manifest.Tool, o *loadOptions) 
 	}
 	if mt.CodeArtifactRef == nil {
 		if len(mt.Spec) > 0 {
-			return nil, toolerr.New(toolerr.LevelNotSupported, "declarative tools (spec) are not supported by this sandboxd yet; give a codeArtifactRef")
+			return e.newHTTPTool(mt) // httptool.go
 		}
 		return nil, toolerr.New(toolerr.InvalidToolDefinition, "the tool has no handler: codeArtifactRef is required")
 	}

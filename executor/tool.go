@@ -44,6 +44,8 @@ type Tool struct {
 	style    Style
 	hasInit  bool
 
+	httpSpec *httpSpec // declarative HTTP tool (httptool.go); nil for Wasm tools
+
 	idle   chan *instance // warm instances (posture none only)
 	pool   *pool          // pre-warmed never-used instances (context-isolated, strict)
 	closed atomic.Bool
@@ -131,6 +133,9 @@ func (t *Tool) Close(ctx context.Context) error {
 				break drain
 			}
 		}
+	}
+	if t.runtime == nil { // a declarative HTTP tool
+		return nil
 	}
 	return t.runtime.Close(ctx)
 }
@@ -225,7 +230,9 @@ func (t *Tool) invoke(ctx context.Context, req *Request) (*Result, error) {
 	}
 	inv := &invocation{tool: t, input: input, context: contextJSON(&req.Context, env), config: cfgValues, secrets: t.declaredSecrets(req.Context.Secrets)}
 	var out *runOutcome
-	if t.style == Command {
+	if t.httpSpec != nil {
+		out = t.runHTTP(ctx, inv, &req.Context)
+	} else if t.style == Command {
 		out = t.runCommand(ctx, inv, env)
 	} else {
 		out = t.runReactor(ctx, inv, env)

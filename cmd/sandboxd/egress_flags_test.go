@@ -25,7 +25,7 @@ func TestRunEgressAllowCIDR(t *testing.T) {
 	})
 	in := fmt.Sprintf(`{"url":"http://localhost:%s/"}`, port)
 
-	code, stdout, stderr := runCLI(t, in, "run", "--manifest", man, "--input", "-", "--egress-allow-cidr", "127.0.0.0/8")
+	code, stdout, stderr := runCLI(t, in, "run", "--timeout", "10m", "--manifest", man, "--input", "-", "--egress-allow-cidr", "127.0.0.0/8")
 	if code != 0 {
 		t.Fatalf("exit %d: %s %s", code, stdout, stderr)
 	}
@@ -33,13 +33,13 @@ func TestRunEgressAllowCIDR(t *testing.T) {
 		t.Fatalf("envelope %v", env)
 	}
 
-	code, stdout, _ = runCLI(t, in, "run", "--manifest", man, "--input", "-")
+	code, stdout, _ = runCLI(t, in, "run", "--timeout", "10m", "--manifest", man, "--input", "-")
 	env := envelope(t, stdout)
 	if code != 1 || env["code"] != "handler-error" || !strings.Contains(fmt.Sprint(env["details"]), "egress-denied") {
 		t.Fatalf("without the allow-range: exit %d %v", code, env)
 	}
 
-	code, _, stderr = runCLI(t, in, "run", "--manifest", man, "--input", "-", "--egress-allow-cidr", "not-a-cidr")
+	code, _, stderr = runCLI(t, in, "run", "--timeout", "10m", "--manifest", man, "--input", "-", "--egress-allow-cidr", "not-a-cidr")
 	if code != 2 || !strings.Contains(stderr, "--egress-allow-cidr") {
 		t.Fatalf("bad CIDR: exit %d %s", code, stderr)
 	}
@@ -67,7 +67,7 @@ func TestRunOperatorSecrets(t *testing.T) {
 	if err := os.WriteFile(file, []byte(`{"TOKEN":"file-s3cret"}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	code, stdout, stderr := runCLI(t, in, "run", "--manifest", man, "--input", "-", "--secrets-file", file)
+	code, stdout, stderr := runCLI(t, in, "run", "--timeout", "10m", "--manifest", man, "--input", "-", "--secrets-file", file)
 	if code != 0 {
 		t.Fatalf("exit %d: %s %s", code, stdout, stderr)
 	}
@@ -79,7 +79,7 @@ func TestRunOperatorSecrets(t *testing.T) {
 	}
 
 	t.Setenv("SBXTEST_TOKEN", "env-s3cret")
-	code, stdout, stderr = runCLI(t, in, "run", "--manifest", man, "--input", "-", "--secrets-env-prefix", "SBXTEST_")
+	code, stdout, stderr = runCLI(t, in, "run", "--timeout", "10m", "--manifest", man, "--input", "-", "--secrets-env-prefix", "SBXTEST_")
 	if code != 0 {
 		t.Fatalf("exit %d: %s %s", code, stdout, stderr)
 	}
@@ -91,7 +91,7 @@ func TestRunOperatorSecrets(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("TOKEN=ok\nno-equals-sign-s3cret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	code, _, stderr = runCLI(t, in, "run", "--manifest", man, "--input", "-", "--secrets-file", bad)
+	code, _, stderr = runCLI(t, in, "run", "--timeout", "10m", "--manifest", man, "--input", "-", "--secrets-file", bad)
 	if code != 2 || !strings.Contains(stderr, "line 2") || strings.Contains(stderr, "s3cret") {
 		t.Fatalf("bad secrets file: exit %d %s", code, stderr)
 	}

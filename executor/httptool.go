@@ -1,0 +1,431 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandboxd/abi"
+	"github.com/sandboxd/sandboxd/egress"
+	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/manifest"
+	"github.com/sandboxd/sandboxd/toolerr"
+)
+
+// HTTP is the style of a declarative HTTP tool (spec.kind "http"): sandboxd
+// performs the request the spec describes; no Wasm runs.
+const HTTP Style = "http"
+
+// Defaults of a declarative HTTP tool (Kindgi HttpToolSpec).
+const (
+	defaultHTTPToolTimeout = 30 * time.Second
+	maxErrorBodyExcerpt    = 4 << 10
+)
+
+// httpSpec is a compiled spec.kind "http".
+type httpSpec struct {
+	method     string
+	tmpl       urlTemplate
+	headers    [][2]string
+	authHeader string // header carrying the secret, "" for none
+	authPrefix string // "Bearer " for bearer auth
+	authSecret string // secretRef.name
+	bodyKind   string // "", json-input, input-passthrough, text
+	bodyTmpl   string
+	timeout    time.Duration
+	parseJSON  bool
+	okMin      int
+	okMax      int
+	policy     *egress.Policy
+}
+
+type httpSpecJSON struct {
+	Kind          string `json:"kind"`
+	Method        string `json:"method"`
+	URLTemplate   string `json:"urlTemplate"`
+	Headers       []struct{ Name, Value string }
+	Authorization *struct {
+		Kind       string `json:"kind"`
+		HeaderName string `json:"headerName"`
+		SecretRef  struct {
+			EnvName string `json:"envName"`
+			Name    string `json:"name"`
+		} `json:"secretRef"`
+	} `json:"authorization"`
+	RequestBody *struct {
+		Kind     string `json:"kind"`
+		Template string `json:"template"`
+	} `json:"requestBody"`
+	TimeoutMs     *int64 `json:"timeoutMs"`
+	ParseJSON     *bool  `json:"parseJson"`
+	SuccessStatus *struct {
+		Min int `json:"min"`
+		Max int `json:"max"`
+	} `json:"successStatus"`
+}
+
+func specErr(format string, args ...any) error {
+	return toolerr.New(toolerr.InvalidToolDefinition, "spec: "+format, args...)
+}
+
+// compileHTTPSpec checks a spec.kind "http" at load: the URL template (a
+// placeholder only in the path or query), the headers, the authorization
+// and the network policy, which must admit the template's origin. With no
+// network in the manifest the tool may reach only that origin.
+func compileHTTPSpec(m *manifest.Manifest) (*httpSpec, error) {
+	var sj httpSpecJSON
+	if err := json.Unmarshal(m.Spec, &sj); err != nil {
+		return nil, specErr("%v", err)
+	}
+	if sj.Kind != "http" {
+		return nil, toolerr.New(toolerr.LevelNotSupported, "spec.kind %q is not supported (only \"http\")", sj.Kind)
+	}
+	s := &httpSpec{method: sj.Method, timeout: defaultHTTPToolTimeout, parseJSON: true, okMin: 200, okMax: 299}
+	tmpl, origin, err := parseURLTemplate(sj.URLTemplate)
+	if err != nil {
+		return nil, specErr("urlTemplate: %v", err)
+	}
+	s.tmpl = tmpl
+	for i, h := range sj.Headers {
+		if !isHeaderToken(h.Name) || strings.ContainsAny(h.Value, "\r\n\x00") {
+			return nil, specErr("headers[%d]: invalid header %q", i, h.Name)
+		}
+		s.headers = append(s.headers, [2]string{h.Name, h.Value})
+	}
+	if a := sj.Authorization; a != nil {
+		s.authSecret = a.SecretRef.Name
+		switch a.Kind {
+		case "bearer":
+			s.authHeader, s.authPrefix = "Authorization", "Bearer "
+		case "header":
+			if !isHeaderToken(a.HeaderName) {
+				return nil, specErr("authorization.headerName %q is not a header name", a.HeaderName)
+			}
+			s.authHeader = a.HeaderName
+		default:
+			return nil, specErr("authorization.kind %q is not bearer or header", a.Kind)
+		}
+		if strings.ContainsAny(s.authSecret, "{}") {
+			return nil, specErr("authorization.secretRef.name %q is not a secret name", s.authSecret)
+		}
+	}
+	if b := sj.RequestBody; b != nil {
+		s.bodyKind, s.bodyTmpl = b.Kind, b.Template
+	}
+	if sj.TimeoutMs != nil {
+		s.timeout = time.Duration(*sj.TimeoutMs) * time.Millisecond
+	}
+	if sj.ParseJSON != nil {
+		s.parseJSON = *sj.ParseJSON
+	}
+	if ss := sj.SuccessStatus; ss != nil {
+		if ss.Min > ss.Max {
+			return nil, specErr("successStatus.min %d is over max %d", ss.Min, ss.Max)
+		}
+		s.okMin, s.okMax = ss.Min, ss.Max
+	}
+	if m.Network == nil {
+		entry := origin.Scheme + "://" + origin.Host.String() + ":" + strconv.Itoa(origin.Port)
+		s.policy, err = egress.ParsePolicy("allowlist", []string{entry})
+	} else {
+		s.policy, err = parseNetwork(m)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := s.policy.Match(origin); !ok {
+		return nil, toolerr.New(toolerr.InvalidToolDefinition, "spec.urlTemplate's origin %s is not admitted by the tool's network policy", origin)
+	}
+	if s.authHeader != "" && s.policy.Kind() != egress.KindAllowlist {
+		return nil, toolerr.New(toolerr.InvalidToolDefinition, "spec.authorization sends a secret, which goes only to allowlisted destinations: use network kind \"allowlist\" or omit network")
+	}
+	return s, nil
+}
+
+// urlTemplate is a URL split at its {param} placeholders.
+type urlTemplate struct {
+	parts  []string // literal text; len(parts) == len(params)+1
+	params []string
+	query  []bool // whether params[i] is in the query (else the path)
+}
+
+var placeholderName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]*$`)
+
+// parseURLTemplate splits a template and checks that every placeholder is
+// in the path or query — never the scheme, userinfo, host or port — and
+// that the rest is an absolute http(s) URL. It returns the origin.
+func parseURLTemplate(t string) (urlTemplate, egress.Origin, error) {
+	var ut urlTemplate
+	schemeEnd := strings.Index(t, "://")
+	if schemeEnd < 0 {
+		return ut, egress.Origin{}, errors.New("not an absolute http or https URL")
+	}
+	authEnd := len(t)
+	if i := strings.IndexAny(t[schemeEnd+3:], "/?#"); i >= 0 {
+		authEnd = schemeEnd + 3 + i
+	}
+	queryStart := strings.IndexByte(t, '?')
+	rest := t
+	pos := 0
+	for {
+		i := strings.IndexAny(rest, "{}")
+		if i < 0 {
+			ut.parts = append(ut.parts, rest)
+			break
+		}
+		if rest[i] == '}' {
+			return ut, egress.Origin{}, fmt.Errorf("unbalanced '}' at %d", pos+i)
+		}
+		j := strings.IndexByte(rest[i:], '}')
+		if j < 0 {
+			return ut, egress.Origin{}, fmt.Errorf("unterminated placeholder at %d", pos+i)
+		}
+		name := rest[i+1 : i+j]
+		if !placeholderName.MatchString(name) {
+			return ut, egress.Origin{}, fmt.Errorf("invalid placeholder {%s}", name)
+		}
+		if pos+i < authEnd {
+			return ut, egress.Origin{}, fmt.Errorf("placeholder {%s} is in the scheme, userinfo, host or port; placeholders may appear only in the path or query", name)
+		}
+		if strings.Contains(t[:pos+i], "#") {
+			return ut, egress.Origin{}, fmt.Errorf("placeholder {%s} is in the fragment", name)
+		}
+		ut.parts = append(ut.parts, rest[:i])
+		ut.params = append(ut.params, name)
+		ut.query = append(ut.query, queryStart >= 0 && pos+i > queryStart)
+		rest = rest[i+j+1:]
+		pos += i + j + 1
+	}
+	_, o, err := egress.ParseURL(strings.Join(ut.parts, "x"))
+	if err != nil {
+		return ut, egress.Origin{}, err
+	}
+	return ut, o, nil
+}
+
+// expand fills the template from the input object; values are
+// percent-encoded for their position.
+func (ut urlTemplate) expand(input map[string]any) (string, error) {
+	var b strings.Builder
+	for i, p := range ut.params {
+		b.WriteString(ut.parts[i])
+		v, ok := input[p]
+		if !ok || v == nil {
+			return "", fmt.Errorf("the input has no value for {%s}", p)
+		}
+		s, err := scalarString(v)
+		if err != nil {
+			return "", fmt.Errorf("{%s}: %v", p, err)
+		}
+		if ut.query[i] {
+			b.WriteString(url.QueryEscape(s))
+		} else {
+			b.WriteString(url.PathEscape(s))
+		}
+	}
+	b.WriteString(ut.parts[len(ut.parts)-1])
+	return b.String(), nil
+}
+
+func scalarString(v any) (string, error) {
+	switch x := v.(type) {
+	case string:
+		return x, nil
+	case json.Number:
+		return x.String(), nil
+	case bool:
+		return strconv.FormatBool(x), nil
+	}
+	return "", errors.New("only strings, numbers and booleans can fill a placeholder")
+}
+
+// fillText fills a text body template (no encoding).
+func fillText(tmpl string, input map[string]any) string {
+	return placeholderRe.ReplaceAllStringFunc(tmpl, func(m string) string {
+		v, ok := input[m[1:len(m)-1]]
+		if !ok {
+			return m
+		}
+		if s, err := scalarString(v); err == nil {
+			return s
+		}
+		b, _ := json.Marshal(v)
+		return string(b)
+	})
+}
+
+var placeholderRe = regexp.MustCompile(`\{[A-Za-z_][A-Za-z0-9_.-]*\}`)
+
+func isHeaderToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// newHTTPTool loads a declarative HTTP tool.
+func (e *Executor) newHTTPTool(mt *manifest.Tool) (*Tool, error) {
+	spec, err := compileHTTPSpec(mt.Manifest)
+	if err != nil {
+		return nil, err
+	}
+	lim, err := e.effectiveLimits(mt.Manifest)
+	if err != nil {
+		return nil, err
+	}
+	nd, err := compileNeeds(mt.Manifest)
+	if err != nil {
+		return nil, err
+	}
+	t := &Tool{
+		exec: e, m: mt, posture: mt.Posture(), limits: lim, memLimit: lim.memMB * limits.MiB,
+		needs: nd, source: "spec", style: HTTP, httpSpec: spec,
+	}
+	if err := e.register(t); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// runHTTP performs a declarative HTTP tool's request through the same
+// egress policy, dialer and budgets as the HTTP import.
+func (t *Tool) runHTTP(ctx context.Context, inv *invocation, cc *CallContext) *runOutcome {
+	s := t.httpSpec
+	acct := limits.NewAccount(t.memLimit)
+	inv.acct = acct
+	out := &runOutcome{}
+	defer func() { out.peak = acct.Peak() }()
+	if !acct.Reserve(int64(len(inv.input))) {
+		out.err = t.memExceeded(acct.Refused(), fmt.Sprintf("the input (%d bytes) does not fit in memMB %d", len(inv.input), t.limits.memMB))
+		return out
+	}
+	var in map[string]any
+	dec := json.NewDecoder(strings.NewReader(string(inv.input)))
+	dec.UseNumber()
+	_ = dec.Decode(&in) // a non-object input fills no placeholder
+	u, err := s.tmpl.expand(in)
+	if err != nil {
+		out.err = toolerr.New(toolerr.InputValidationFailed, "%v", err)
+		return out
+	}
+	hdr := map[string]string{}
+	for _, h := range s.headers {
+		hdr[h[0]] = h[1]
+	}
+	secret := func(name string) (string, bool) {
+		if name != s.authSecret && !t.needs.secrets[name] {
+			return "", false
+		}
+		if v, ok := inv.secrets[name]; ok {
+			return v, true
+		}
+		if v, ok := cc.Secrets[name]; ok { // the authorization secretRef, declared by the spec
+			return v, true
+		}
+		if src := t.exec.cfg.egress.secrets; src != nil {
+			return src.Secret(name)
+		}
+		return "", false
+	}
+	if s.authHeader != "" {
+		if _, ok := secret(s.authSecret); !ok {
+			out.err = &toolerr.Error{Code: toolerr.InputValidationFailed, Message: "secret " + s.authSecret + " (spec.authorization.secretRef) has no value",
+				Issues: []toolerr.Issue{{InstancePath: "/ctx/secrets", SchemaPath: "#/spec/authorization/secretRef", Keyword: "required",
+					Params: map[string]any{"missingProperty": s.authSecret}, Message: "must have required property '" + s.authSecret + "'"}}}
+			return out
+		}
+		hdr[s.authHeader] = s.authPrefix + egress.SecretPlaceholder(s.authSecret)
+	}
+	var body []byte
+	switch s.bodyKind {
+	case "json-input":
+		body = inv.input
+		hdr["Content-Type"] = "application/json"
+	case "input-passthrough":
+		var str string
+		if json.Unmarshal(inv.input, &str) == nil {
+			body = []byte(str)
+		} else {
+			body = inv.input
+			hdr["Content-Type"] = "application/json"
+		}
+	case "text":
+		body = []byte(fillText(s.bodyTmpl, in))
+		hdr["Content-Type"] = "text/plain; charset=utf-8"
+	}
+	ec := t.exec.cfg.egress
+	lim := ec.limits
+	lim.RequestTimeout = s.timeout
+	sess := egress.NewSession(s.policy, egress.Options{
+		Resolver: ec.resolver, Dial: ec.dial, AllowRanges: ec.allowRanges, TLSConfig: ec.tls,
+		Limits: lim, Memory: acct, Secret: secret,
+	})
+	defer sess.Close()
+	inv.mu.Lock()
+	inv.egress = &egressState{session: sess}
+	inv.mu.Unlock()
+	resp, err := sess.Do(ctx, &egress.Request{Method: s.method, URL: u, Header: hdr, Body: body})
+	if err != nil {
+		out.err = t.httpToolError(ctx, acct, err)
+		return out
+	}
+	defer resp.Close()
+	data, err := io.ReadAll(resp)
+	if err != nil {
+		out.err = t.httpToolError(ctx, acct, err)
+		return out
+	}
+	if resp.Status < s.okMin || resp.Status > s.okMax {
+		excerpt := data
+		if len(excerpt) > maxErrorBodyExcerpt {
+			excerpt = excerpt[:maxErrorBodyExcerpt]
+		}
+		out.err = &toolerr.Error{Code: toolerr.HandlerError,
+			Message: fmt.Sprintf("the server answered %d, outside successStatus %d-%d", resp.Status, s.okMin, s.okMax),
+			Details: map[string]any{"status": resp.Status, "body": sanitizeLine(excerpt)}}
+		return out
+	}
+	if !s.parseJSON {
+		out.output, _ = json.Marshal(string(data))
+		return out
+	}
+	if !json.Valid(data) {
+		out.err = &toolerr.Error{Code: toolerr.HandlerError, Message: "the response body is not JSON (spec.parseJson is true)", Details: map[string]any{"status": resp.Status}}
+		return out
+	}
+	out.output = data
+	return out
+}
+
+// httpToolError maps an egress failure of a declarative HTTP tool.
+func (t *Tool) httpToolError(ctx context.Context, acct *limits.Account, err error) error {
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return toolerr.Wrap(toolerr.DeadlineExceeded, context.DeadlineExceeded, "the wall deadline passed during the request")
+	case errors.Is(ctx.Err(), context.Canceled):
+		return toolerr.Wrap(toolerr.Cancelled, context.Canceled, "the call was cancelled")
+	}
+	errno := egress.ErrnoOf(err)
+	msg := egressMessage(err)
+	switch errno {
+	case abi.ErrDenied:
+		return &toolerr.Error{Code: toolerr.PolicyRefused, Message: msg, Details: map[string]any{"egress": errno.String()}}
+	case abi.ErrMemoryBudget:
+		return t.memExceeded(acct.Refused(), msg)
+	}
+	return &toolerr.Error{Code: toolerr.HandlerError, Message: msg, Details: map[string]any{"egress": errno.String()}}
+}
