@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"sort"
 	"strconv"
 	"sync"
 
@@ -267,4 +268,57 @@ func (inv *invocation) httpClose(h int32) int32 {
 	st.mu.Unlock()
 	_ = r.resp.Close()
 	return 0
+}
+
+// checkSecrets runs before the guest: every secret declared in
+// needsSpec.secrets must have a value (from the call context or the
+// operator's source) that satisfies its declared schema, unless a `needs`
+// entry names it with optional: true (Kindgi's Need.optional). Failures are
+// input-validation-failed with issues under /ctx/secrets that never carry
+// the value.
+func (inv *invocation) checkSecrets() error {
+	t := inv.tool
+	if len(t.needs.secrets) == 0 || t.m.NeedsSpec == nil {
+		return nil
+	}
+	optional := map[string]bool{}
+	for _, n := range t.m.Needs {
+		if n.Optional {
+			optional[n.Name] = true
+		}
+	}
+	names := make([]string, 0, len(t.needs.secrets))
+	for name := range t.needs.secrets {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var issues []toolerr.Issue
+	for _, name := range names {
+		ptr := "/ctx/secrets/" + escapePointer(name)
+		v, ok := inv.secretValue(name)
+		if !ok {
+			if !optional[name] {
+				issues = append(issues, toolerr.Issue{InstancePath: "/ctx/secrets", SchemaPath: "#/needsSpec/secrets", Keyword: "required",
+					Params: map[string]any{"missingProperty": name}, Message: "must have required property '" + name + "'"})
+			}
+			continue
+		}
+		raw := t.m.NeedsSpec.Secrets[name]
+		s, err := manifest.CompileSchema("/needsSpec/secrets/"+escapePointer(name), raw)
+		if err != nil {
+			return err
+		}
+		doc, _ := json.Marshal(v)
+		_, iss, _ := s.Validate(doc, false)
+		for _, is := range iss {
+			// Params may echo parts of the value (const, enum matches):
+			// keep only what the schema says, never the secret.
+			issues = append(issues, toolerr.Issue{InstancePath: ptr + is.InstancePath, SchemaPath: is.SchemaPath, Keyword: is.Keyword,
+				Params: map[string]any{}, Message: "the secret does not satisfy its declared schema (" + is.Keyword + ")"})
+		}
+	}
+	if len(issues) > 0 {
+		return &toolerr.Error{Code: toolerr.InputValidationFailed, Message: "secrets do not satisfy needsSpec.secrets: " + issues[0].InstancePath + " " + issues[0].Message, Issues: issues}
+	}
+	return nil
 }

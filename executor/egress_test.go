@@ -219,3 +219,73 @@ func TestGuestRequestBlockingAndCancellation(t *testing.T) {
 	_, err = tool.Invoke(ctx, executor.Request{Input: []byte(fetchInput("http://api.test:"+port+"/hang", nil)), Context: executor.CallContext{TenantID: "t", RunID: "r"}})
 	wantCode(t, err, toolerr.DeadlineExceeded)
 }
+
+// secret_get: declared secrets from the call context or the operator;
+// refused under strict; declared secrets are checked before the guest runs.
+func TestSecretGetAndChecks(t *testing.T) {
+	e := newExecutor(t, func(c executor.Config) executor.Config {
+		return c.WithSecrets(executor.Secrets{"OP_ONLY": "operator-value", "UNDECLARED": "x"})
+	})
+	secrets := map[string]any{
+		"TOKEN":   map[string]any{"type": "string", "minLength": 8},
+		"OP_ONLY": map[string]any{"type": "string"},
+	}
+	tool := load(t, e, "http_fetch_reactor", func(m map[string]any) {
+		m["needsSpec"] = map[string]any{"secrets": secrets}
+	})
+	call := func(tool *executor.Tool, name string, given map[string]string) (*executor.Result, error) {
+		return tool.Invoke(context.Background(), executor.Request{
+			Input:   []byte(`{"secret":"` + name + `"}`),
+			Context: executor.CallContext{TenantID: "t", RunID: "r", Secrets: given},
+		})
+	}
+	res, err := call(tool, "TOKEN", map[string]string{"TOKEN": "ctx-value-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jsonEqual(t, res.Output, `{"status":0,"contentType":"","secret":"ctx-value-1"}`)
+	res, err = call(tool, "OP_ONLY", map[string]string{"TOKEN": "ctx-value-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jsonEqual(t, res.Output, `{"status":0,"contentType":"","secret":"operator-value"}`)
+	_, err = call(tool, "UNDECLARED", map[string]string{"TOKEN": "ctx-value-1", "UNDECLARED": "y"})
+	if te := wantCode(t, err, toolerr.HandlerError); te.Details["handlerCode"] != "egress-not-found" {
+		t.Fatalf("undeclared: %v", te.Details)
+	}
+
+	// Missing and invalid values fail before the guest runs, without the value.
+	_, err = call(tool, "TOKEN", nil)
+	te := wantCode(t, err, toolerr.InputValidationFailed)
+	if te.Issues[0].Params["missingProperty"] != "TOKEN" {
+		t.Fatalf("issues %+v", te.Issues)
+	}
+	_, err = call(tool, "TOKEN", map[string]string{"TOKEN": "shrt"})
+	te = wantCode(t, err, toolerr.InputValidationFailed)
+	if te.Issues[0].InstancePath != "/ctx/secrets/TOKEN" || te.Issues[0].Keyword != "minLength" {
+		t.Fatalf("issues %+v", te.Issues)
+	}
+	if b, _ := json.Marshal(te); strings.Contains(string(b), "shrt") || strings.Contains(te.Error(), "shrt") {
+		t.Fatalf("the error carries the secret: %s", b)
+	}
+
+	// An optional secret (a needs entry with optional: true) may be absent.
+	opt := load(t, e, "http_fetch_reactor", func(m map[string]any) {
+		m["needsSpec"] = map[string]any{"secrets": map[string]any{"MAYBE": map[string]any{"type": "string"}}}
+		m["needs"] = []map[string]any{{"name": "MAYBE", "optional": true}}
+	})
+	_, err = call(opt, "MAYBE", nil)
+	if te := wantCode(t, err, toolerr.HandlerError); te.Details["handlerCode"] != "egress-not-found" {
+		t.Fatalf("optional: %v", te.Details)
+	}
+
+	strict := load(t, e, "http_fetch_reactor", func(m map[string]any) {
+		m["sandbox"] = "strict"
+		m["needsSpec"] = map[string]any{"secrets": secrets}
+	})
+	_, err = call(strict, "TOKEN", map[string]string{"TOKEN": "ctx-value-1"})
+	te = wantCode(t, err, toolerr.HandlerError)
+	if te.Details["handlerCode"] != "egress-denied" || strings.Contains(te.Message, "ctx-value-1") {
+		t.Fatalf("strict: %v %s", te.Details, te.Message)
+	}
+}

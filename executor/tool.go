@@ -229,6 +229,9 @@ func (t *Tool) invoke(ctx context.Context, req *Request) (*Result, error) {
 		return nil, err
 	}
 	inv := &invocation{tool: t, input: input, context: contextJSON(&req.Context, env), config: cfgValues, secrets: t.declaredSecrets(req.Context.Secrets)}
+	if err := inv.checkSecrets(); err != nil { // egress.go: before any guest starts
+		return nil, err
+	}
 	var out *runOutcome
 	if t.httpSpec != nil {
 		out = t.runHTTP(ctx, inv, &req.Context)

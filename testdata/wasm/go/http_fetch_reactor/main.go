@@ -3,6 +3,8 @@
 //
 // Input: {"url": "...", "method"?: "GET", "body"?: "...", "headers"?: {...}}.
 // Output: {"status": N, "contentType": "...", "json": <the response body>}.
+// With {"secret": "NAME"} instead it reads the secret with secret_get and
+// outputs {"secret": value} (a test of secret_get, not a pattern to copy).
 // A failed request is a handler error whose code is "egress-" + the ABI
 // error name ("egress-denied", "egress-timeout", ...).
 package main
@@ -24,17 +26,26 @@ type input struct {
 	Method  string            `json:"method"`
 	Body    string            `json:"body"`
 	Headers map[string]string `json:"headers"`
+	Secret  string            `json:"secret"`
 }
 
 type output struct {
 	Status      int             `json:"status"`
 	ContentType string          `json:"contentType"`
-	JSON        json.RawMessage `json:"json"`
+	JSON        json.RawMessage `json:"json,omitempty"`
+	Secret      string          `json:"secret,omitempty"`
 }
 
 var client = &http.Client{Transport: sdkhttp.Transport{}}
 
-func fetch(_ *sdk.Context, in input) (*output, error) {
+func fetch(c *sdk.Context, in input) (*output, error) {
+	if in.Secret != "" {
+		v, err := c.Secret(in.Secret)
+		if err != nil {
+			return nil, egressError(err)
+		}
+		return &output{Secret: v}, nil
+	}
 	method := in.Method
 	if method == "" {
 		method = http.MethodGet
