@@ -75,8 +75,16 @@ func TestGuestFetchesFromAllowlistedServer(t *testing.T) {
 	}
 	jsonEqual(t, res.Output, `{"status":200,"contentType":"application/json","json":{"items":[1,2,3],"path":"/v1/items","host":"api.test:`+port+`"}}`)
 
-	_, err = invoke(t, tool, fetchInput("http://other.test:"+port+"/v1/items", nil))
+	if len(res.Egress) != 1 || !res.Egress[0].Allowed || res.Egress[0].Rule != "api.test:"+port ||
+		res.Egress[0].Address != "127.0.0.1:"+port || res.Egress[0].Status != 200 || res.Egress[0].ResponseBytes == 0 {
+		t.Fatalf("audit %+v", res.Egress)
+	}
+
+	res, err = invoke(t, tool, fetchInput("http://other.test:"+port+"/v1/items", nil))
 	te := wantCode(t, err, toolerr.HandlerError)
+	if res == nil || len(res.Egress) != 1 || res.Egress[0].Allowed || !strings.Contains(res.Egress[0].Reason, "no network.hosts entry") {
+		t.Fatalf("audit of the denied call: %+v", res)
+	}
 	if te.Details["handlerCode"] != "egress-denied" || !strings.Contains(te.Message, "not allowed by the tool's network policy") {
 		t.Fatalf("unlisted host: %v %v", te.Details, te.Message)
 	}

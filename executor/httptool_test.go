@@ -93,6 +93,9 @@ func TestDeclarativeHTTPToolEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(res.Egress) != 1 || !res.Egress[0].Allowed || res.Egress[0].Rule != base || strings.Contains(fmt.Sprint(res.Egress), "k3y") {
+		t.Fatalf("audit %+v", res.Egress)
+	}
 	jsonEqual(t, res.Output, `{"method":"GET","rawPath":"/users/a%20b%2F..%2Fc/items","rawQuery":"q=x%26y%3Dz&n=3","auth":"Bearer k3y","accept":"application/json","contentType":"","body":""}`)
 
 	// A missing placeholder value or secret fails before any request.

@@ -21,6 +21,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/abi"
 	"github.com/sandboxd/sandboxd/artifact"
+	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/internal/wasmbin"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/manifest"
@@ -180,6 +181,10 @@ type Result struct {
 	// Output is the validated output JSON.
 	Output json.RawMessage
 	Usage  Usage
+	// Egress is the audit trail of the call's HTTP requests, allowed or
+	// denied (rule, host, reason, bytes); nil when it made none. It never
+	// holds query strings, header values or secrets.
+	Egress []egress.Attempt
 }
 
 // Invoke runs one call: it validates the input (filling defaults), runs the
@@ -241,6 +246,7 @@ func (t *Tool) invoke(ctx context.Context, req *Request) (*Result, error) {
 		out = t.runReactor(ctx, inv, env)
 	}
 	res := &Result{Usage: Usage{CPUMs: round3(float64(out.cpu) / float64(time.Millisecond)), PeakMemMB: round2(float64(out.peak) / limits.MiB)}}
+	res.Egress = inv.egressAttempts() // egress.go
 	if out.err != nil {
 		return res, out.err
 	}
