@@ -341,7 +341,7 @@ func TestRedirects(t *testing.T) {
 	}))
 	defer hopSrv.Close()
 	_, hport := hostPort(t, hopSrv)
-	pol, _ := ParsePolicy("allowlist", []string{"hop.test:" + hport, "final.test:" + fport, "169.254.169.254"})
+	pol, _ := ParsePolicy("allowlist", []string{"hop.test:" + hport, "final.test:" + fport})
 	secrets := map[string]string{"KEY": "s3cr3t"}
 	opts := loopbackOptions()
 	opts.Secret = func(n string) (string, bool) { v, ok := secrets[n]; return v, ok }
@@ -360,10 +360,18 @@ func TestRedirects(t *testing.T) {
 	if _, err := do("/to-denied", "GET", nil); errnoOf(err) != abi.ErrDenied {
 		t.Fatalf("redirect to a denied host: %v", err)
 	}
-	// An entry names 169.254.169.254 but it is not in the operator range:
-	// it is allowed (the entry names the IP), yet the dialer never gets
-	// there on loopback... so only check the policy verdict on a name that
-	// is not listed instead.
+	// A redirect to the metadata address: not listed, so denied by the
+	// policy; under unrestricted, denied by address class before any dial.
+	if _, err := do("/to-metadata", "GET", nil); errnoOf(err) != abi.ErrDenied {
+		t.Fatalf("redirect to metadata: %v", err)
+	}
+	anyPol, _ := ParsePolicy("unrestricted", nil)
+	s := NewSession(anyPol, opts)
+	defer s.Close()
+	_, err := s.Do(context.Background(), &Request{URL: "http://hop.test:" + hport + "/to-metadata"})
+	if errnoOf(err) != abi.ErrDenied || !strings.Contains(err.Error(), "169.254.169.254 (cloud-metadata)") {
+		t.Fatalf("redirect to metadata, unrestricted: %v", err)
+	}
 	hdr := map[string]string{"Authorization": "Bearer guest-token", "X-Key": SecretPlaceholder("KEY")}
 	if r, err := do("/same-origin", "GET", hdr); err != nil || r.Status != 200 {
 		t.Fatalf("same-origin redirect: %v", err)
