@@ -297,3 +297,37 @@ func TestSecretGetAndChecks(t *testing.T) {
 		t.Fatalf("strict: %v %s", te.Details, te.Message)
 	}
 }
+
+// Concurrent calls each get their own egress session: responses never
+// cross between calls.
+func TestGuestFetchConcurrent(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `{"path":%q}`, r.URL.Path)
+	}))
+	defer srv.Close()
+	port := serverPort(t, srv)
+	e := newExecutor(t, loopbackEgress)
+	tool := load(t, e, "http_fetch_reactor", withNetwork("allowlist", "api.test:"+port))
+	const n = 4
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			path := fmt.Sprintf("/call/%d", i)
+			res, err := invoke(t, tool, fetchInput("http://api.test:"+port+path, nil))
+			if err != nil {
+				errs <- err
+				return
+			}
+			if !strings.Contains(string(res.Output), `"path":"`+path+`"`) || len(res.Egress) != 1 {
+				errs <- fmt.Errorf("call %d got %s (audit %d)", i, res.Output, len(res.Egress))
+				return
+			}
+			errs <- nil
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
