@@ -187,7 +187,7 @@ func (e Entry) finishIP(hostPart, portPart string, v6 bool) (Entry, string) {
 		if p.Addr().Zone() != "" {
 			return e, "IPv6 zones are not allowed"
 		}
-		e.prefix = p.Masked()
+		e.prefix = unmapPrefix(p.Masked())
 		return e, ""
 	}
 	ip, err := netip.ParseAddr(hostPart)
@@ -197,8 +197,17 @@ func (e Entry) finishIP(hostPart, portPart string, v6 bool) (Entry, string) {
 	if ip.Zone() != "" {
 		return e, "IPv6 zones are not allowed"
 	}
-	e.prefix = netip.PrefixFrom(ip, 128)
+	e.prefix = unmapPrefix(netip.PrefixFrom(ip, 128))
 	return e, ""
+}
+
+// unmapPrefix writes an IPv4-mapped prefix (::ffff:a.b.c.d/N, N >= 96) as
+// the IPv4 prefix it covers, so both spellings name the same addresses.
+func unmapPrefix(p netip.Prefix) netip.Prefix {
+	if p.Addr().Is4In6() && p.Bits() >= 96 {
+		return netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+	}
+	return p
 }
 
 func (e *Entry) setPort(p string) string {

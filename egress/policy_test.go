@@ -162,6 +162,8 @@ func TestPolicyMatch(t *testing.T) {
 		{"10.0.0.0/8", "http://10.9.8.7/", true},
 		{"10.0.0.0/8", "http://11.0.0.1/", false},
 		{"[::1]:*", "http://[::1]:9/", true},
+		{"[::ffff:127.0.0.1]:*", "http://127.0.0.1:9/", true},
+		{"::ffff:10.0.0.0/104", "http://10.1.2.3/", true},
 		{"fd00::/8", "http://[fd12::1]/", true},
 		// IDNA
 		{"bücher.example", "https://xn--bcher-kva.example/", true},
