@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandboxd/sandboxd/abi"
@@ -677,6 +678,7 @@ type Response struct {
 	read     int64
 	err      *Error
 	closed   bool
+	closing  atomic.Bool
 	mu       sync.Mutex
 }
 
@@ -776,15 +778,15 @@ func (r *Response) Read(p []byte) (int, error) {
 
 // Close releases the response, its connection and its memory.
 func (r *Response) Close() error {
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
+	if !r.closing.CompareAndSwap(false, true) {
 		return nil
 	}
+	// Abort a Read blocked on the network first, then wait for it.
+	r.cancel()
+	_ = r.body.Close()
+	r.mu.Lock()
 	r.closed = true
 	r.mu.Unlock()
-	_ = r.body.Close()
-	r.cancel()
 	if r.s.opts.Memory != nil && r.reserved > 0 {
 		r.s.opts.Memory.Release(r.reserved)
 	}
