@@ -16,18 +16,23 @@ const diffBudget = 200_000_000
 // anything but fuel exhaustion. It reports whether the instrumented run ran
 // out of fuel.
 func differential(t *testing.T, bin []byte) (exhausted bool) {
+	return differentialWith(t, bin, nil)
+}
+
+// differentialWith is differential with provider modules (runOpts).
+func differentialWith(t *testing.T, bin []byte, providers map[string][]byte) (exhausted bool) {
 	t.Helper()
 	bin = limitTables(t, bin)
 	inst, _, err := Instrument(bin)
 	if err != nil {
 		t.Fatalf("instrument: %v", err)
 	}
-	got := runModule(t, inst, runOpts{metered: true, budget: diffBudget})
+	got := runModule(t, inst, runOpts{metered: true, budget: diffBudget, providers: providers})
 	timeout := 20 * time.Second
 	if got.Exhausted {
 		timeout = 300 * time.Millisecond
 	}
-	want := runModule(t, bin, runOpts{timeout: timeout})
+	want := runModule(t, bin, runOpts{timeout: timeout, providers: providers})
 	if got.Exhausted {
 		if !want.Exhausted {
 			t.Fatalf("instrumented ran out of fuel; plain finished:\n%s", want)
@@ -67,4 +72,23 @@ func TestDifferentialFixtures(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDifferentialCorpus runs every module of the binaryen corpus
+// (testdata/ttf, made by testdata/gen-ttf.sh) both ways.
+func TestDifferentialCorpus(t *testing.T) {
+	files := fixtures(t, "testdata/ttf/*.wasm")
+	exhausted := 0
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			bin, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if differential(t, bin) {
+				exhausted++
+			}
+		})
+	}
+	t.Logf("%d modules, %d ran out of fuel", len(files), exhausted)
 }

@@ -6,13 +6,13 @@
 //
 // # The pass
 //
-// Instrument appends one mutable i64 global, exported as GlobalExport, after
-// every existing global (so no global, function, table or local index
-// changes). At the start of every function body and of every loop body it
-// inserts
+// Instrument appends two mutable i64 globals after every existing global (so
+// no global, function, table or local index changes): the counter $fuel,
+// exported as GlobalExport, and its floor $limit, exported as LimitExport.
+// At the start of every function body and of every loop body it inserts
 //
 //	global.get $fuel; i64.const C; i64.sub; global.set $fuel
-//	global.get $fuel; i64.const 0; i64.lt_s; if unreachable end
+//	global.get $fuel; global.get $limit; i64.lt_s; if unreachable end
 //
 // where C is the static cost of the code that belongs to that function or
 // loop level: the number of instructions in its body, not counting block,
@@ -22,8 +22,13 @@
 // is never less than the instructions executed; because every backward jump
 // goes through a loop header and every call through a function entry, the
 // work between two checks is bounded by the size of one function body, so a
-// counter made negative from outside is noticed within that bound (bulk
-// memory instructions and host calls excepted: they run to completion).
+// floor raised from outside is noticed within that bound (bulk memory
+// instructions and host calls excepted: they run to completion). The guest
+// only ever writes $fuel and the host interrupts by writing $limit, so an
+// interrupt cannot be lost to the guest's read-modify-write of the counter.
+// wazero's compiler loads a global at every global.get that does not
+// follow a global.set of it in the same straight-line code, so each check
+// reads $limit afresh (TestInterruptSpinningGuest proves it).
 //
 // A Wasm start function would run inside instantiation, before the host
 // could set the counter, so Instrument removes the start section and exports
@@ -31,10 +36,11 @@
 //
 // # Host side
 //
-// The counter starts at Unlimited. Meter reads and writes it through
-// wazero's api.MutableGlobal; Meter.Interrupt makes it negative so the guest
-// traps ("unreachable") at its next check. A trap with a negative counter is
-// fuel exhaustion (or an interrupt), never the guest's own unreachable.
+// The counter starts at Unlimited and the floor at 0. Meter reads and writes
+// them through wazero's api.MutableGlobal; Meter.Interrupt raises the floor
+// to Interrupted so the guest traps ("unreachable") at its next check. A trap
+// with the counter below the floor is fuel exhaustion or an interrupt, never
+// the guest's own unreachable.
 //
 // Version changes whenever the output of Instrument for a given input can
 // change; callers key caches of instrumented modules on it.

@@ -42,12 +42,12 @@ func scanExpr(r *reader, visit func(k opKind, start, end int)) error {
 		case op == 0x01:
 			k = opNop
 		case op == 0x02, op == 0x03, op == 0x04:
-			if err := r.sleb(33); err != nil { // block type
+			if err := r.blocktype(); err != nil {
 				return err
 			}
 			k = [...]opKind{opBlock, opLoop, opIf}[op-0x02]
 		case op == 0x1f: // try_table
-			if err := r.sleb(33); err != nil {
+			if err := r.blocktype(); err != nil {
 				return err
 			}
 			n, err := r.count(2)
@@ -101,9 +101,9 @@ func scanExpr(r *reader, visit func(k opKind, start, end int)) error {
 		case op == 0x3f, op == 0x40: // memory.size, memory.grow
 			err = r.u32s(1)
 		case op == 0x41:
-			err = r.sleb(32)
+			_, err = r.sleb(32)
 		case op == 0x42:
-			err = r.sleb(64)
+			_, err = r.sleb(64)
 		case op == 0x43:
 			_, err = r.bytes(4)
 		case op == 0x44:
@@ -111,7 +111,7 @@ func scanExpr(r *reader, visit func(k opKind, start, end int)) error {
 		case op >= 0x45 && op <= 0xc4:
 			// numeric, including sign extension (0xc0–0xc4)
 		case op == 0xd0: // ref.null heaptype
-			err = r.sleb(33)
+			err = r.heaptype()
 		case op == 0xfc:
 			err = r.prefixFC()
 		case op == 0xfd:
@@ -233,10 +233,48 @@ func (r *reader) valtype() error {
 	if err != nil {
 		return err
 	}
-	switch t {
-	case 0x7f, 0x7e, 0x7d, 0x7c, 0x7b, 0x70, 0x6f, 0x69:
+	if simpleValtype(t) {
 		return nil
 	}
 	r.off--
 	return r.errf(ErrUnsupported, "value type 0x%02x", t)
+}
+
+// blocktype reads a block type: empty, a value type, or a type index.
+func (r *reader) blocktype() error {
+	if r.off < len(r.b) && (r.b[r.off] == 0x40 || simpleValtype(r.b[r.off])) {
+		r.off++
+		return nil
+	}
+	start := r.off
+	idx, err := r.sleb(33)
+	if err != nil {
+		return err
+	}
+	if idx < 0 {
+		r.off = start
+		return r.errf(ErrUnsupported, "block type 0x%02x", r.b[start])
+	}
+	return nil
+}
+
+// heaptype reads the heap type of ref.null: func, extern or exn.
+func (r *reader) heaptype() error {
+	t, err := r.byte()
+	if err != nil {
+		return err
+	}
+	if t != 0x70 && t != 0x6f && t != 0x69 {
+		r.off--
+		return r.errf(ErrUnsupported, "heap type 0x%02x", t)
+	}
+	return nil
+}
+
+func simpleValtype(t byte) bool {
+	switch t {
+	case 0x7f, 0x7e, 0x7d, 0x7c, 0x7b, 0x70, 0x6f, 0x69:
+		return true
+	}
+	return false
 }

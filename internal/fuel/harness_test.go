@@ -55,6 +55,9 @@ type runOpts struct {
 	metered bool          // the module is instrumented: set the budget, call StartExport
 	budget  int64         // fuel for the whole run (metered)
 	timeout time.Duration // wall limit (unmetered; enforced by close-on-context-done)
+	// providers are modules instantiated first, by name (for imports that
+	// are not functions).
+	providers map[string][]byte
 }
 
 // runModule instantiates bin with WASI and recording stubs for every other
@@ -73,6 +76,11 @@ func runModule(t testing.TB, bin []byte, o runOpts) *outcome {
 	r := wazero.NewRuntimeWithConfig(context.Background(), rc)
 	defer r.Close(context.Background())
 	wasi_snapshot_preview1.MustInstantiate(ctx, r)
+	for name, p := range o.providers {
+		if _, err := r.InstantiateWithConfig(ctx, p, wazero.NewModuleConfig().WithName(name)); err != nil {
+			t.Fatalf("provider %s: %v", name, err)
+		}
+	}
 	compiled, err := r.CompileModule(ctx, bin)
 	out := &outcome{}
 	if err != nil {
@@ -99,7 +107,7 @@ func runModule(t testing.TB, bin []byte, o runOpts) *outcome {
 		params, results := f.ParamTypes(), f.ResultTypes()
 		label := modName + "." + name
 		b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(_ context.Context, _ api.Module, stack []uint64) {
-			logf("%s%v", label, stack[:len(params)])
+			logf("%s%v", label, normalize(stack[:len(params)], params))
 			for i := range results {
 				stack[i] = 0
 			}
@@ -172,7 +180,7 @@ func runModule(t testing.TB, bin []byte, o runOpts) *outcome {
 			out.Exhausted = true
 			return out
 		}
-		record(name, res, err)
+		record(name, normalize(res, fn.Definition().ResultTypes()), err)
 		var exit *sys.ExitError
 		if errors.As(err, &exit) {
 			return out // the module is closed
@@ -183,7 +191,7 @@ func runModule(t testing.TB, bin []byte, o runOpts) *outcome {
 		out.Memory = fmt.Sprintf("%d bytes sha256 %x", len(b), sha256.Sum256(b))
 	}
 	for _, name := range exportNames(t, bin, KindGlobal) {
-		if name == GlobalExport {
+		if name == GlobalExport || name == LimitExport {
 			continue
 		}
 		if g := mod.ExportedGlobal(name); g != nil {
@@ -208,4 +216,20 @@ func exportNames(t testing.TB, bin []byte, kind byte) []string {
 		}
 	}
 	return names
+}
+
+// normalize replaces reference values, which are host addresses, by 0 (null)
+// or 1 (not null), and drops the undefined upper half of 32-bit values.
+func normalize(vals []uint64, types []api.ValueType) []uint64 {
+	out := make([]uint64, len(vals))
+	for i, v := range vals {
+		out[i] = v
+		if i < len(types) && (types[i] == api.ValueTypeI32 || types[i] == api.ValueTypeF32) {
+			out[i] = v & 0xffffffff // the upper half is undefined
+		}
+		if i < len(types) && (types[i] == 0x70 /* funcref */ || types[i] == api.ValueTypeExternref) && v != 0 {
+			out[i] = 1
+		}
+	}
+	return out
 }

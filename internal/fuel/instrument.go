@@ -15,8 +15,12 @@ const Version = 1
 // Reserved export names the pass adds. A module that already exports either
 // name is refused.
 const (
-	// GlobalExport is the fuel counter: a mutable i64 global.
+	// GlobalExport is the fuel counter: a mutable i64 global the guest
+	// decrements.
 	GlobalExport = "sandboxd.fuel"
+	// LimitExport is the floor: a mutable i64 global only the host writes.
+	// A check traps when the counter is below it.
+	LimitExport = "sandboxd.fuel.limit"
 	// StartExport is the module's start function, when it had one; the
 	// host must call it once after instantiation, before anything else.
 	StartExport = "sandboxd.start"
@@ -26,9 +30,9 @@ const (
 const (
 	// Unlimited is the counter's initial value: enough fuel for centuries.
 	Unlimited int64 = math.MaxInt64
-	// Interrupted is what Meter.Interrupt writes: negative, and far enough
-	// from math.MinInt64 that no number of further decrements wraps it.
-	Interrupted int64 = -1 << 62
+	// Interrupted is the floor Meter.Interrupt sets: above any counter that
+	// has been decremented at least once.
+	Interrupted int64 = math.MaxInt64
 )
 
 // Stats describes what Instrument did.
@@ -41,8 +45,8 @@ type Stats struct {
 	// MovedStart reports that the module had a start function, now
 	// exported as StartExport.
 	MovedStart bool
-	// FuelGlobal is the index of the added global.
-	FuelGlobal uint32
+	// FuelGlobal and LimitGlobal are the indices of the added globals.
+	FuelGlobal, LimitGlobal uint32
 }
 
 // Instrument returns the metered form of the module in, as described in the
@@ -72,19 +76,21 @@ func (m *Module) instrument() (*Stats, error) {
 	if s := m.section(secGlobal); s != nil {
 		nglobals += uint64(len(s.Globals))
 	}
-	if nglobals >= math.MaxUint32 {
+	if nglobals >= math.MaxUint32-1 {
 		return nil, fmt.Errorf("%w: too many globals", ErrMalformed)
 	}
-	fuel := uint32(nglobals)
-	st.FuelGlobal = fuel
+	fuel, limit := uint32(nglobals), uint32(nglobals)+1
+	st.FuelGlobal, st.LimitGlobal = fuel, limit
 
 	exports := m.ensureSection(secExport)
 	for _, e := range exports.Exports {
-		if e.Name == GlobalExport || e.Name == StartExport {
+		if e.Name == GlobalExport || e.Name == LimitExport || e.Name == StartExport {
 			return nil, fmt.Errorf("%w: the module exports the reserved name %q", ErrUnsupported, e.Name)
 		}
 	}
-	exports.Exports = append(exports.Exports, Export{Name: GlobalExport, Kind: KindGlobal, Index: fuel})
+	exports.Exports = append(exports.Exports,
+		Export{Name: GlobalExport, Kind: KindGlobal, Index: fuel},
+		Export{Name: LimitExport, Kind: KindGlobal, Index: limit})
 	for i, s := range m.Sections {
 		if s.ID == secStart {
 			exports.Exports = append(exports.Exports, Export{Name: StartExport, Kind: KindFunc, Index: s.Start})
@@ -96,11 +102,13 @@ func (m *Module) instrument() (*Stats, error) {
 
 	init := append([]byte{0x42}, appendSLEB(nil, Unlimited)...)
 	globals := m.ensureSection(secGlobal)
-	globals.Globals = append(globals.Globals, Global{Type: 0x7e, Mutable: true, Init: append(init, 0x0b)})
+	globals.Globals = append(globals.Globals,
+		Global{Type: 0x7e, Mutable: true, Init: append(init, 0x0b)},
+		Global{Type: 0x7e, Mutable: true, Init: []byte{0x42, 0x00, 0x0b}})
 
 	if code := m.section(secCode); code != nil {
 		for i := range code.Funcs {
-			expr, n, err := meterExpr(code.Funcs[i].Expr, fuel)
+			expr, n, err := meterExpr(code.Funcs[i].Expr, fuel, limit)
 			if err != nil {
 				return nil, fmt.Errorf("function %d: %w", int(m.ImportedFuncs)+i, err)
 			}
@@ -111,7 +119,7 @@ func (m *Module) instrument() (*Stats, error) {
 	}
 	for _, s := range m.Sections {
 		if s.ID == secCustom && s.Name == "name" {
-			s.Raw = fixNames(s.Raw, fuel)
+			s.Raw = fixNames(s.Raw, fuel, limit)
 		}
 	}
 	return st, nil
@@ -119,7 +127,7 @@ func (m *Module) instrument() (*Stats, error) {
 
 // meterExpr returns a function body's expression with checks inserted and
 // the number of checks.
-func meterExpr(expr []byte, fuel uint32) ([]byte, int, error) {
+func meterExpr(expr []byte, fuel, limit uint32) ([]byte, int, error) {
 	// Pass 1: the cost of each level (level 0 is the function, then one per
 	// loop in order of appearance) and where each loop's check goes.
 	type frame struct{ level int }
@@ -153,19 +161,19 @@ func meterExpr(expr []byte, fuel uint32) ([]byte, int, error) {
 	}
 	// Pass 2: copy with the checks inserted.
 	out := make([]byte, 0, len(expr)+len(costs)*24)
-	out = appendCheck(out, fuel, costs[0])
+	out = appendCheck(out, fuel, limit, costs[0])
 	prev := 0
 	for i, off := range at {
 		out = append(out, expr[prev:off]...)
-		out = appendCheck(out, fuel, costs[i+1])
+		out = appendCheck(out, fuel, limit, costs[i+1])
 		prev = off
 	}
 	out = append(out, expr[prev:]...)
 	return out, len(costs), nil
 }
 
-// appendCheck appends: fuel -= cost; if fuel < 0 { unreachable }.
-func appendCheck(b []byte, fuel uint32, cost int64) []byte {
+// appendCheck appends: fuel -= cost; if fuel < limit { unreachable }.
+func appendCheck(b []byte, fuel, limit uint32, cost int64) []byte {
 	cost = max(cost, 1)
 	b = append(b, 0x23) // global.get
 	b = appendULEB(b, uint64(fuel))
@@ -175,16 +183,18 @@ func appendCheck(b []byte, fuel uint32, cost int64) []byte {
 	b = appendULEB(b, uint64(fuel))
 	b = append(b, 0x23) // global.get
 	b = appendULEB(b, uint64(fuel))
-	// i64.const 0, i64.lt_s, if (empty), unreachable, end
-	return append(b, 0x42, 0x00, 0x53, 0x04, 0x40, 0x00, 0x0b)
+	b = append(b, 0x23) // global.get
+	b = appendULEB(b, uint64(limit))
+	// i64.lt_s, if (empty), unreachable, end
+	return append(b, 0x53, 0x04, 0x40, 0x00, 0x0b)
 }
 
 // fixNames keeps the name section correct for the instrumented module: it
 // drops the label-names subsection (the inserted ifs renumber labels) and
-// names the fuel global in the global-names subsection. A name section it
+// names the added globals in the global-names subsection. A name section it
 // cannot read is returned unchanged (wazero ignores a bad one, as the
 // specification allows).
-func fixNames(raw []byte, fuel uint32) []byte {
+func fixNames(raw []byte, fuel, limit uint32) []byte {
 	const (
 		subLabels  = 3
 		subGlobals = 7
@@ -193,10 +203,12 @@ func fixNames(raw []byte, fuel uint32) []byte {
 	var out []byte
 	added := false
 	addGlobal := func(entries []byte, n uint32) {
-		body := appendULEB(nil, uint64(n)+1)
+		body := appendULEB(nil, uint64(n)+2)
 		body = append(body, entries...)
 		body = appendULEB(body, uint64(fuel))
 		body = appendName(body, GlobalExport)
+		body = appendULEB(body, uint64(limit))
+		body = appendName(body, LimitExport)
 		out = append(out, subGlobals)
 		out = appendULEB(out, uint64(len(body)))
 		out = append(out, body...)

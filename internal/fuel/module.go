@@ -148,7 +148,12 @@ func Decode(b []byte) (*Module, error) {
 			s.Start, err = sr.u32()
 		case secCode:
 			s.Funcs, err = decodeCode(sr)
+		case secDataCount:
+			_, err = sr.u32()
+			s.Raw = body
 		default:
+			// a vector kept whole: only its length is checked here
+			_, err = sr.count(1)
 			s.Raw = body
 			sr.off = len(sr.b)
 		}

@@ -82,24 +82,29 @@ func (r *reader) u32() (uint32, error) {
 	return uint32(v), err
 }
 
-// sleb reads a signed LEB128 of at most bits bits and discards its value.
-func (r *reader) sleb(bits uint) error {
+// sleb reads a signed LEB128 of at most bits bits.
+func (r *reader) sleb(bits uint) (int64, error) {
+	var v int64
 	for shift := uint(0); ; shift += 7 {
 		c, err := r.byte()
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if shift+7 >= bits {
 			if c&0x80 != 0 {
-				return r.fail("LEB128 too long")
+				return 0, r.fail("LEB128 too long")
 			}
 			k := bits - shift // payload bits in this byte, sign included
 			if top := (c & 0x7f) >> (k - 1); top != 0 && top != 0x7f>>(k-1) {
-				return r.fail("LEB128 overflows")
+				return 0, r.fail("LEB128 overflows")
 			}
 		}
+		v |= int64(c&0x7f) << shift
 		if c&0x80 == 0 {
-			return nil
+			if shift+7 < 64 && c&0x40 != 0 {
+				v |= -1 << (shift + 7)
+			}
+			return v, nil
 		}
 	}
 }
