@@ -106,20 +106,6 @@ func (t *Tool) resolveNeeds(cc *CallContext) (env map[string]string, cfg map[str
 	return env, cfg, nil
 }
 
-func (t *Tool) secret(inv *invocation, name string) ([]byte, abi.Errno, string) {
-	if t.posture == manifest.PostureStrict {
-		return nil, abi.ErrDenied, "secrets are not readable under the strict posture"
-	}
-	if !t.needs.secrets[name] {
-		return nil, abi.ErrNotFound, "secret " + name + " is not declared in needsSpec.secrets"
-	}
-	v, ok := inv.secrets[name]
-	if !ok {
-		return nil, abi.ErrNotFound, "secret " + name + " has no value"
-	}
-	return []byte(v), 0, ""
-}
-
 func (t *Tool) config(inv *invocation, name string) ([]byte, abi.Errno, string) {
 	if _, ok := t.needs.config[name]; !ok {
 		return nil, abi.ErrNotFound, "config " + name + " is not declared in needsSpec.config"

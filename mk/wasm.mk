@@ -36,7 +36,7 @@ GO_WASM_ENV := GOOS=wasip1 GOARCH=wasm CGO_ENABLED=0 GOWASM= GOFLAGS=
 GO_WASM_FLAGS := -trimpath -buildvcs=false -ldflags='-s -w'
 
 # Go sources every Go module depends on (the SDK, the ABI, the module file).
-GO_WASM_DEPS := $(filter-out %_test.go,$(wildcard guest-sdk/go/*.go abi/*.go)) go.mod
+GO_WASM_DEPS := $(filter-out %_test.go,$(wildcard guest-sdk/go/*.go guest-sdk/go/sdkhttp/*.go abi/*.go)) go.mod
 
 WAT_NAMES := $(sort $(basename $(notdir $(wildcard $(WASM_FIXTURES)/wat/*.wat))))
 GO_REACTOR_NAMES := $(sort $(notdir $(wildcard $(WASM_FIXTURES)/go/*_reactor)))

@@ -60,6 +60,8 @@ func cmdServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	fs.Var(&refused, "refuse-posture", "refuse tools with this sandbox posture (repeatable: none, context-isolated, strict)")
 	var ociOpts ociFlags
 	ociOpts.register(fs, false)
+	var egressOpts egressFlags
+	egressOpts.register(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: %s=… sandboxd serve (--index index.json [--module-root DIR] | --tools DIR) [flags]\n\n"+
 			"Serves the tools as a Kindgi pack service: POST /v1/invoke, GET /v1/info, /v1/tools,\n"+
@@ -182,6 +184,10 @@ func cmdServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	}
 	defer oci.Close()
 	cfg = cfg.WithResolver(oci)
+	if cfg, err = egressOpts.apply(cfg); err != nil {
+		plog.Error("config-invalid", "problems", []string{err.Error()})
+		return exitError
+	}
 	exec, err := executor.New(ctx, cfg)
 	if err != nil {
 		plog.Error("boot-failed", "problems", []server.Problem{{Message: err.Error()}})
