@@ -42,6 +42,23 @@
 // with the counter below the floor is fuel exhaustion or an interrupt, never
 // the guest's own unreachable.
 //
+// # Go's scheduler
+//
+// Go cannot preempt a goroutine while it runs wazero's compiled code (the
+// preemption signal finds no Go function at the interrupted address). The
+// checks never leave compiled code, so a guest that spins without calling
+// the host holds its thread, and a garbage collection that starts meanwhile
+// waits for it at stop-the-world, stopping every other goroutine of the
+// process, including one that would call Interrupt. wazero's
+// WithCloseOnContextDone avoids this by leaving compiled code at every loop
+// header, which is what makes it slow. A host that runs instrumented guests
+// without it must give them a periodic exit to Go: the next pass version
+// calls an imported host function whenever the counter drops below the
+// floor and has the host lower the floor by a time slice (see the
+// integration notes); until then, only guests that call the host regularly,
+// or a process that does not collect garbage while they spin, are safe
+// without close-on-context-done.
+//
 // Version changes whenever the output of Instrument for a given input can
 // change; callers key caches of instrumented modules on it.
 package fuel

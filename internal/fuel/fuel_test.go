@@ -134,6 +134,9 @@ func TestInterruptSpinningGuest(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			if testing.Short() && strings.HasSuffix(c.file, "_command.wasm") {
+				t.Skip("-short: compiling a Go module takes seconds")
+			}
 			bin := readFile(t, c.file)
 			var worst time.Duration
 			for range 10 {

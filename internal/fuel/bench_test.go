@@ -1,0 +1,151 @@
+package fuel
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+	"github.com/tetratelabs/wazero/sys"
+)
+
+// variant is one way of running a guest that the interruption benchmark
+// compares.
+type variant struct {
+	name      string
+	metered   bool // instrumented, fuel Unlimited, no close-on-context-done
+	closeDone bool // plain module under WithCloseOnContextDone(true)
+}
+
+var variants = []variant{
+	{name: "plain"},
+	{name: "metered", metered: true},
+	{name: "closeondone", closeDone: true},
+}
+
+// BenchmarkInterruption measures what making a tight loop interruptible
+// costs: the same loop run plain (not interruptible at all), instrumented by
+// this package (fuel Unlimited: interruptible through the floor) and plain
+// under wazero's WithCloseOnContextDone, measured in the same run. It
+// reports each variant's time per call and the ratios
+// metered/plain and closeondone/plain.
+//
+//	go test -run '^$' -bench Interruption -benchtime 5x ./internal/fuel
+func BenchmarkInterruption(b *testing.B) {
+	b.Run("wat-loop", func(b *testing.B) {
+		bin := readFile(b, "testdata/wat/count.wasm")
+		const n = 50_000_000
+		benchVariants(b, bin, func(ctx context.Context, r wazero.Runtime, c wazero.CompiledModule, v variant) {
+			mod, err := r.InstantiateModule(ctx, c, wazero.NewModuleConfig().WithName(""))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer mod.Close(ctx)
+			if v.metered {
+				m, err := NewMeter(mod)
+				if err != nil {
+					b.Fatal(err)
+				}
+				m.Set(Unlimited)
+			}
+			res, err := mod.ExportedFunction("count").Call(ctx, n)
+			if err != nil || res[0] != n {
+				b.Fatalf("count: %v %v", res, err)
+			}
+		})
+	})
+	b.Run("go-loop", func(b *testing.B) {
+		bin := buildGoLoop(b)
+		const n = 50_000_000
+		benchVariants(b, bin, func(ctx context.Context, r wazero.Runtime, c wazero.CompiledModule, v variant) {
+			mod, err := r.InstantiateModule(ctx, c, wazero.NewModuleConfig().WithName("").WithArgs("goloop", strconv.Itoa(n)).WithStartFunctions())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer mod.Close(ctx)
+			if v.metered {
+				m, err := NewMeter(mod)
+				if err != nil {
+					b.Fatal(err)
+				}
+				m.Set(Unlimited)
+			}
+			_, err = mod.ExportedFunction("_start").Call(ctx)
+			if exit, ok := err.(*sys.ExitError); err != nil && (!ok || exit.ExitCode() != 0) {
+				b.Fatalf("_start: %v", err)
+			}
+		})
+	})
+}
+
+// benchVariants compiles bin for each variant and times run for each, b.N
+// times, interleaved so that load on the machine hits them alike.
+func benchVariants(b *testing.B, bin []byte, run func(context.Context, wazero.Runtime, wazero.CompiledModule, variant)) {
+	inst, _, err := Instrument(bin)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type prepared struct {
+		v variant
+		r wazero.Runtime
+		c wazero.CompiledModule
+	}
+	var ps []prepared
+	for _, v := range variants {
+		rc := wazero.NewRuntimeConfig().WithCoreFeatures(api.CoreFeaturesV2).WithCloseOnContextDone(v.closeDone)
+		r := wazero.NewRuntimeWithConfig(ctx, rc)
+		defer r.Close(ctx)
+		wasi_snapshot_preview1.MustInstantiate(ctx, r)
+		code := bin
+		if v.metered {
+			code = inst
+		}
+		c, err := r.CompileModule(ctx, code)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ps = append(ps, prepared{v, r, c})
+	}
+	total := make([]time.Duration, len(ps))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		for i, p := range ps {
+			runtime.GC() // see TestInterruptSpinningGuest
+			start := time.Now()
+			run(ctx, p.r, p.c, p.v)
+			total[i] += time.Since(start)
+		}
+	}
+	b.StopTimer()
+	per := func(i int) float64 { return float64(total[i].Nanoseconds()) / float64(b.N) }
+	for i, p := range ps {
+		b.ReportMetric(per(i)/1e6, p.v.name+"-ms/op")
+	}
+	b.ReportMetric(per(1)/per(0), "metered/plain")
+	b.ReportMetric(per(2)/per(0), "closeondone/plain")
+}
+
+// buildGoLoop builds testdata/goloop for GOOS=wasip1 with the toolchain
+// running the benchmark.
+func buildGoLoop(b *testing.B) []byte {
+	b.Helper()
+	out := filepath.Join(b.TempDir(), "goloop.wasm")
+	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	cmd := exec.Command(gobin, "build", "-trimpath", "-o", out, ".")
+	cmd.Dir = "testdata/goloop"
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		b.Skipf("cannot build the Go guest: %v\n%s", err, msg)
+	}
+	return readFile(b, out)
+}
