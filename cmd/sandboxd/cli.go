@@ -18,7 +18,6 @@ import (
 	"github.com/sandboxd/sandboxd/events"
 	"github.com/sandboxd/sandboxd/examples"
 	"github.com/sandboxd/sandboxd/executor"
-	"github.com/sandboxd/sandboxd/manifest"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
 
@@ -109,16 +108,12 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		inputPath    = fs.String("input", "", "input JSON file, or - for stdin (required with --manifest)")
 		ctxPath      = fs.String("ctx", "", "call context JSON file: {tenantId, runId, requestId?, projectId?, orgId?, idempotencyKey?, settings?, env?, config?, secrets?}")
 		timeout      = fs.Duration("timeout", executor.DefaultTimeout, "wall deadline for the call")
-		cacheDir     = fs.String("cache-dir", "", "compilation cache directory (default: sandboxd/wazero under the user cache dir)")
-		noCache      = fs.Bool("no-cache", false, "keep compiled code in memory only")
-		memMB        = fs.Int64("default-mem-mb", executor.DefaultMemMB, "memMB for tools that declare no limits")
-		cpuMs        = fs.Int64("default-cpu-ms", executor.DefaultCPUMs, "cpuMs for tools that declare no limits")
 		envs         stringList
-		refused      stringList
 	)
 	fs.Var(&envs, "env", "NAME=VALUE for a needsSpec.env value (repeatable)")
-	fs.Var(&refused, "refuse-posture", "refuse tools with this sandbox posture (repeatable: none, context-isolated, strict)")
 	eventsDest := fs.String("events", "", "write the call's lifecycle events (pending → in_progress → completed|failed) as JSON lines to this file; - writes them to stderr, since stdout carries only the envelope")
+	var execOpts execFlags
+	execOpts.register(fs)
 	var ociOpts ociFlags
 	ociOpts.register(fs, false)
 	var egressOpts egressFlags
@@ -146,20 +141,6 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	if *timeout <= 0 {
 		return usage("--timeout must be positive, got %s", *timeout)
-	}
-	if *memMB <= 0 || *cpuMs <= 0 {
-		return usage("--default-mem-mb and --default-cpu-ms must be positive")
-	}
-	var postures []manifest.Posture
-	for _, r := range refused {
-		for _, p := range strings.Split(r, ",") {
-			switch manifest.Posture(p) {
-			case manifest.PostureNone, manifest.PostureContextIsolated, manifest.PostureStrict:
-				postures = append(postures, manifest.Posture(p))
-			default:
-				return usage("--refuse-posture: unknown posture %q", p)
-			}
-		}
 	}
 	cc := executor.CallContext{TenantID: "local", RunID: newRunID()}
 	if *ctxPath != "" {
@@ -216,11 +197,13 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 
 	cfg := executor.NewConfig().
 		WithDevMode(true).
-		WithDefaultLimits(*memMB, *cpuMs).
 		WithDefaultTimeout(*timeout).
-		WithRefusedPostures(postures...).
 		WithGuestOutput(stderr, stderr).
 		WithPoolSize(0) // one call: a pre-warmed pool would only compete with it
+	cfg, err = execOpts.apply(cfg)
+	if err != nil {
+		return usage("%v", err)
+	}
 	if cfg, err = egressOpts.apply(cfg); err != nil {
 		return usage("%v", err)
 	}
@@ -231,11 +214,6 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		}
 		defer rec.Close()
 		cfg = cfg.WithCallObserver(rec.Observe)
-	}
-	if *noCache {
-		cfg = cfg.WithCacheDir("")
-	} else if *cacheDir != "" {
-		cfg = cfg.WithCacheDir(*cacheDir)
 	}
 	oci, err := ociOpts.resolver()
 	if err != nil {

@@ -16,7 +16,6 @@ import (
 
 	"github.com/sandboxd/sandboxd/events"
 	"github.com/sandboxd/sandboxd/executor"
-	"github.com/sandboxd/sandboxd/manifest"
 	"github.com/sandboxd/sandboxd/server"
 )
 
@@ -51,13 +50,9 @@ func cmdServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		packVersion = fs.String("pack-version", "", "packVersion for --tools (default 0.0.0)")
 		artifactVer = fs.String("artifact-version", "", "artifactVersion for --tools (default: a digest of the tools)")
 		poolSize    = fs.Int("pool-size", -1, "pre-warmed instances per context-isolated/strict tool (-1: the executor's default)")
-		cacheDir    = fs.String("cache-dir", "", "compilation cache directory (default: sandboxd/wazero under the user cache dir)")
-		noCache     = fs.Bool("no-cache", false, "keep compiled code in memory only")
-		memMB       = fs.Int64("default-mem-mb", executor.DefaultMemMB, "memMB for tools that declare no limits")
-		cpuMs       = fs.Int64("default-cpu-ms", executor.DefaultCPUMs, "cpuMs for tools that declare no limits")
-		refused     stringList
 	)
-	fs.Var(&refused, "refuse-posture", "refuse tools with this sandbox posture (repeatable: none, context-isolated, strict)")
+	var execOpts execFlags
+	execOpts.register(fs)
 	var ociOpts ociFlags
 	ociOpts.register(fs, false)
 	var egressOpts egressFlags
@@ -100,9 +95,6 @@ func cmdServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	if *envCheck != "strict" && *envCheck != "warn" {
 		bad("--env-check must be strict or warn, not %q", *envCheck)
 	}
-	if *memMB <= 0 || *cpuMs <= 0 {
-		bad("--default-mem-mb and --default-cpu-ms must be positive")
-	}
 	if *drain <= 0 {
 		bad("--drain-timeout must be positive")
 	}
@@ -130,16 +122,9 @@ func cmdServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		}
 		listen = net.JoinHostPort(*host, port)
 	}
-	var postures []manifest.Posture
-	for _, r := range refused {
-		for _, p := range strings.Split(r, ",") {
-			switch manifest.Posture(p) {
-			case manifest.PostureNone, manifest.PostureContextIsolated, manifest.PostureStrict:
-				postures = append(postures, manifest.Posture(p))
-			default:
-				bad("--refuse-posture: unknown posture %q", p)
-			}
-		}
+	cfg, err := execOpts.apply(executor.NewConfig())
+	if err != nil {
+		bad("%v", err)
 	}
 	if len(problems) > 0 {
 		plog.Error("config-invalid", "problems", problems)
@@ -155,10 +140,8 @@ func cmdServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		}
 		defer rec.Close()
 	}
-	cfg := executor.NewConfig().
+	cfg = cfg.
 		WithDevMode(*dev).
-		WithDefaultLimits(*memMB, *cpuMs).
-		WithRefusedPostures(postures...).
 		WithGuestOutput(stdout, stderr)
 	// Guest log lines become JSON process events too, so stderr stays
 	// machine-readable (guest stderr itself is forwarded line by line).
@@ -171,11 +154,6 @@ func cmdServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	}
 	if *poolSize >= 0 {
 		cfg = cfg.WithPoolSize(*poolSize)
-	}
-	if *noCache {
-		cfg = cfg.WithCacheDir("")
-	} else if *cacheDir != "" {
-		cfg = cfg.WithCacheDir(*cacheDir)
 	}
 	oci, err := ociOpts.resolver()
 	if err != nil {
