@@ -105,6 +105,9 @@ func benchVariants(b *testing.B, bin []byte, run func(context.Context, wazero.Ru
 		r := wazero.NewRuntimeWithConfig(ctx, rc)
 		defer r.Close(ctx)
 		wasi_snapshot_preview1.MustInstantiate(ctx, r)
+		if _, err := HostModule(ctx, r); err != nil {
+			b.Fatal(err)
+		}
 		code := bin
 		if v.metered {
 			code = inst

@@ -11,6 +11,7 @@ const (
 	opElse                // free
 	opEnd                 // closes a frame, free
 	opNop                 // free
+	opFunc                // call, return_call or ref.func: a function index follows the opcode; costs 1
 )
 
 // invalidSIMD lists the unassigned opcodes below 0x100 of the 0xfd prefix.
@@ -76,9 +77,11 @@ func scanExpr(r *reader, visit func(k opKind, start, end int)) error {
 			k = opElse
 		case op == 0x0b:
 			k = opEnd
-		case op == 0x08, op == 0x0c, op == 0x0d, op == 0x10, op == 0x12,
-			op >= 0x20 && op <= 0x26, op == 0xd2:
-			// throw, br, br_if, call, return_call, local/global/table get/set/tee, ref.func
+		case op == 0x10, op == 0x12, op == 0xd2: // call, return_call, ref.func
+			err = r.u32s(1)
+			k = opFunc
+		case op == 0x08, op == 0x0c, op == 0x0d, op >= 0x20 && op <= 0x26:
+			// throw, br, br_if, local/global/table get/set/tee
 			err = r.u32s(1)
 		case op == 0x11, op == 0x13: // call_indirect, return_call_indirect
 			err = r.u32s(2)

@@ -44,7 +44,7 @@ func TestFeatures(t *testing.T) {
 	}
 	_, st := mustInstrument(t, bin)
 	// 1 imported global + 2 defined: the fuel globals are 3 and 4
-	if st.FuelGlobal != 3 || st.LimitGlobal != 4 || !st.MovedStart || st.Functions != 16 || st.Checks != 16+3 {
+	if st.FuelGlobal != 3 || st.LimitGlobal != 4 || st.Refill != 1 || !st.MovedStart || st.Functions != 16 || st.Checks != 16+3 {
 		t.Errorf("stats = %+v", st)
 	}
 	out := runModule(t, mustInstrumentBytes(t, bin), runOpts{metered: true, budget: diffBudget, providers: providers})
@@ -73,6 +73,9 @@ func instance(t testing.TB, bin []byte) (api.Module, *Meter) {
 	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCoreFeatures(api.CoreFeaturesV2))
 	t.Cleanup(func() { r.Close(ctx) })
 	wasi_snapshot_preview1.MustInstantiate(ctx, r)
+	if _, err := HostModule(ctx, r); err != nil {
+		t.Fatal(err)
+	}
 	mod, err := r.InstantiateWithConfig(ctx, mustInstrumentBytes(t, bin), wazero.NewModuleConfig().WithStartFunctions())
 	if err != nil {
 		t.Fatal(err)
@@ -121,9 +124,11 @@ func TestFuelIsExact(t *testing.T) {
 	}
 }
 
-// TestInterruptSpinningGuest proves that compiled code re-reads the counter
-// at every check: a guest spinning with unlimited fuel, in a runtime without
-// close-on-context-done, traps soon after another goroutine interrupts it.
+// TestInterruptSpinningGuest proves that a guest spinning with unlimited
+// fuel, in a runtime without close-on-context-done, lets a garbage
+// collection finish and traps soon after another goroutine interrupts it:
+// the compiled checks see the floor refill lowers (they re-read it) and
+// call refill once per Slice.
 func TestInterruptSpinningGuest(t *testing.T) {
 	const bound = 2 * time.Second // generous: the machine may be loaded
 	cases := []struct {
@@ -144,22 +149,19 @@ func TestInterruptSpinningGuest(t *testing.T) {
 				mod, m := instance(t, bin)
 				fn := mod.ExportedFunction(c.fn)
 				m.Set(Unlimited)
-				w := m.Watch()
-				// Go cannot preempt a goroutine in wazero's compiled code, so
-				// a garbage collection that starts while the guest spins waits
-				// for it, and stops every other goroutine too (see the package
-				// documentation). Finish any cycle now; nothing below allocates
-				// enough to start another before the interrupt.
-				runtime.GC()
 				fired := make(chan time.Time, 1)
+				// Go cannot preempt a goroutine in wazero's compiled code; a
+				// garbage collection while the guest spins must still finish
+				// (at the guest's next refill) or nothing else would run.
 				timer := time.AfterFunc(20*time.Millisecond, func() {
+					runtime.GC()
 					fired <- time.Now()
-					w.Interrupt()
+					m.Interrupt()
 				})
-				_, err := fn.Call(context.Background())
+				_, err := fn.Call(m.Context(context.Background()))
 				returned := time.Now()
 				timer.Stop()
-				if !w.Stop() {
+				if !m.Interrupted() {
 					t.Fatalf("returned before the interrupt: %v", err)
 				}
 				if err == nil || !strings.Contains(err.Error(), "unreachable") || !m.Exhausted() {

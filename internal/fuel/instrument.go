@@ -10,7 +10,7 @@ import (
 // Version identifies the pass. It changes whenever Instrument's output for
 // some input changes; a cache of instrumented modules keys on it together
 // with the input's digest.
-const Version = 1
+const Version = 2
 
 // Reserved export names the pass adds. A module that already exports either
 // name is refused.
@@ -24,6 +24,12 @@ const (
 	// StartExport is the module's start function, when it had one; the
 	// host must call it once after instantiation, before anything else.
 	StartExport = "sandboxd.start"
+	// ImportModule and ImportName name the host function, of type [] -> [],
+	// that the guest calls when its counter drops below the floor
+	// (HostModule provides it). A module that already imports from
+	// ImportModule is refused.
+	ImportModule = "sandboxd_fuel"
+	ImportName   = "refill"
 )
 
 // Counter values.
@@ -47,6 +53,9 @@ type Stats struct {
 	MovedStart bool
 	// FuelGlobal and LimitGlobal are the indices of the added globals.
 	FuelGlobal, LimitGlobal uint32
+	// Refill is the function index of the added import; the module's own
+	// functions are numbered one higher than before.
+	Refill uint32
 }
 
 // Instrument returns the metered form of the module in, as described in the
@@ -76,16 +85,39 @@ func (m *Module) instrument() (*Stats, error) {
 	if s := m.section(secGlobal); s != nil {
 		nglobals += uint64(len(s.Globals))
 	}
-	if nglobals >= math.MaxUint32-1 {
-		return nil, fmt.Errorf("%w: too many globals", ErrMalformed)
+	if nglobals >= math.MaxUint32-1 || m.ImportedFuncs == math.MaxUint32 {
+		return nil, fmt.Errorf("%w: too many globals or imports", ErrMalformed)
 	}
 	fuel, limit := uint32(nglobals), uint32(nglobals)+1
-	st.FuelGlobal, st.LimitGlobal = fuel, limit
+	refill := m.ImportedFuncs
+	st.FuelGlobal, st.LimitGlobal, st.Refill = fuel, limit, refill
+	remap := func(f uint32) uint32 {
+		if f >= refill {
+			return f + 1
+		}
+		return f
+	}
+
+	if s := m.section(secTable); s != nil {
+		if err := checkTables(s.Raw); err != nil {
+			return nil, err
+		}
+	}
+	typeIdx, err := m.addRefillType()
+	if err != nil {
+		return nil, err
+	}
+	if err := m.addRefillImport(typeIdx); err != nil {
+		return nil, err
+	}
 
 	exports := m.ensureSection(secExport)
-	for _, e := range exports.Exports {
+	for i, e := range exports.Exports {
 		if e.Name == GlobalExport || e.Name == LimitExport || e.Name == StartExport {
 			return nil, fmt.Errorf("%w: the module exports the reserved name %q", ErrUnsupported, e.Name)
+		}
+		if e.Kind == KindFunc {
+			exports.Exports[i].Index = remap(e.Index)
 		}
 	}
 	exports.Exports = append(exports.Exports,
@@ -93,22 +125,37 @@ func (m *Module) instrument() (*Stats, error) {
 		Export{Name: LimitExport, Kind: KindGlobal, Index: limit})
 	for i, s := range m.Sections {
 		if s.ID == secStart {
-			exports.Exports = append(exports.Exports, Export{Name: StartExport, Kind: KindFunc, Index: s.Start})
+			exports.Exports = append(exports.Exports, Export{Name: StartExport, Kind: KindFunc, Index: remap(s.Start)})
 			m.Sections = append(m.Sections[:i], m.Sections[i+1:]...)
 			st.MovedStart = true
 			break
 		}
 	}
 
-	init := append([]byte{0x42}, appendSLEB(nil, Unlimited)...)
 	globals := m.ensureSection(secGlobal)
+	for i := range globals.Globals {
+		init, _, err := transformExpr(globals.Globals[i].Init, remap, nil)
+		if err != nil {
+			return nil, err
+		}
+		globals.Globals[i].Init = init
+	}
+	init := append([]byte{0x42}, appendSLEB(nil, Unlimited)...)
 	globals.Globals = append(globals.Globals,
 		Global{Type: 0x7e, Mutable: true, Init: append(init, 0x0b)},
 		Global{Type: 0x7e, Mutable: true, Init: []byte{0x42, 0x00, 0x0b}})
 
+	if s := m.section(secElement); s != nil {
+		raw, err := remapElements(s.Raw, remap)
+		if err != nil {
+			return nil, err
+		}
+		s.Raw = raw
+	}
+	chk := &checker{fuel: fuel, limit: limit, refill: refill}
 	if code := m.section(secCode); code != nil {
 		for i := range code.Funcs {
-			expr, n, err := meterExpr(code.Funcs[i].Expr, fuel, limit)
+			expr, n, err := transformExpr(code.Funcs[i].Expr, remap, chk)
 			if err != nil {
 				return nil, fmt.Errorf("function %d: %w", int(m.ImportedFuncs)+i, err)
 			}
@@ -117,38 +164,237 @@ func (m *Module) instrument() (*Stats, error) {
 			st.Checks += n
 		}
 	}
-	for _, s := range m.Sections {
-		if s.ID == secCustom && s.Name == "name" {
-			s.Raw = fixNames(s.Raw, fuel, limit)
+	for i := 0; i < len(m.Sections); i++ {
+		if s := m.Sections[i]; s.ID == secCustom && s.Name == "name" {
+			if s.Raw = fixNames(s.Raw, fuel, limit, refill); s.Raw == nil {
+				m.Sections = append(m.Sections[:i], m.Sections[i+1:]...)
+				i--
+			}
 		}
 	}
 	return st, nil
 }
 
-// meterExpr returns a function body's expression with checks inserted and
-// the number of checks.
-func meterExpr(expr []byte, fuel, limit uint32) ([]byte, int, error) {
+// checkTables refuses table entries with initialiser expressions (typed
+// function references), whose function indices the pass would have to
+// renumber.
+func checkTables(raw []byte) error {
+	r := &reader{b: raw}
+	n, err := r.count(2)
+	if err != nil {
+		return err
+	}
+	for i := uint32(0); i < n; i++ {
+		if err := r.valtype(); err != nil {
+			return err
+		}
+		if err := r.limits(); err != nil {
+			return err
+		}
+	}
+	if !r.eof() {
+		return r.fail("trailing bytes in the table section")
+	}
+	return nil
+}
+
+// addRefillType appends the type [] -> [] and returns its index.
+func (m *Module) addRefillType() (uint32, error) {
+	s := m.ensureSection(secType)
+	r := &reader{b: s.Raw}
+	var n uint32
+	if len(s.Raw) > 0 {
+		var err error
+		if n, err = r.count(1); err != nil {
+			return 0, err
+		}
+	}
+	if n == math.MaxUint32 {
+		return 0, fmt.Errorf("%w: too many types", ErrMalformed)
+	}
+	raw := appendULEB(nil, uint64(n)+1)
+	raw = append(raw, s.Raw[r.off:]...)
+	s.Raw = append(raw, 0x60, 0x00, 0x00)
+	return n, nil
+}
+
+// addRefillImport appends the refill function import.
+func (m *Module) addRefillImport(typeIdx uint32) error {
+	s := m.ensureSection(secImport)
+	r := &reader{b: s.Raw}
+	var n uint32
+	entries := 0
+	if len(s.Raw) > 0 {
+		var err error
+		if n, err = r.count(4); err != nil {
+			return err
+		}
+		entries = r.off
+		for i := uint32(0); i < n; i++ {
+			mod, err := r.name()
+			if err != nil {
+				return err
+			}
+			if mod == ImportModule {
+				return fmt.Errorf("%w: the module imports from the reserved module %q", ErrUnsupported, ImportModule)
+			}
+			if _, err := r.name(); err != nil {
+				return err
+			}
+			if err := skipImportDesc(r); err != nil {
+				return err
+			}
+		}
+	}
+	raw := appendULEB(nil, uint64(n)+1)
+	raw = append(raw, s.Raw[entries:]...)
+	raw = appendName(raw, ImportModule)
+	raw = appendName(raw, ImportName)
+	raw = append(raw, KindFunc)
+	s.Raw = appendULEB(raw, uint64(typeIdx))
+	return nil
+}
+
+func skipImportDesc(r *reader) error {
+	kind, err := r.byte()
+	if err != nil {
+		return err
+	}
+	switch kind {
+	case KindFunc:
+		_, err = r.u32()
+	case KindTable:
+		if err = r.valtype(); err == nil {
+			err = r.limits()
+		}
+	case KindMemory:
+		err = r.limits()
+	case KindGlobal:
+		if err = r.valtype(); err == nil {
+			err = r.mutability()
+		}
+	case KindTag:
+		if _, err = r.byte(); err == nil {
+			_, err = r.u32()
+		}
+	default:
+		err = r.fail("bad import kind")
+	}
+	return err
+}
+
+// remapElements renumbers the function indices of an element section.
+func remapElements(raw []byte, remap func(uint32) uint32) ([]byte, error) {
+	r := &reader{b: raw}
+	n, err := r.count(1)
+	if err != nil {
+		return nil, err
+	}
+	out := appendULEB(make([]byte, 0, len(raw)+16), uint64(n))
+	expr := func() error {
+		start := r.off
+		if err := scanExpr(r, nil); err != nil {
+			return err
+		}
+		e, _, err := transformExpr(r.b[start:r.off], remap, nil)
+		out = append(out, e...)
+		return err
+	}
+	copyByte := func() error {
+		c, err := r.byte()
+		out = append(out, c)
+		return err
+	}
+	copyU32 := func() error {
+		v, err := r.u32()
+		out = appendULEB(out, uint64(v))
+		return err
+	}
+	for i := uint32(0); i < n; i++ {
+		flags, err := r.u32()
+		if err != nil {
+			return nil, err
+		}
+		if flags > 7 {
+			return nil, r.fail("bad element segment flags")
+		}
+		out = appendULEB(out, uint64(flags))
+		if flags&2 != 0 && flags&1 == 0 { // explicit table index
+			if err := copyU32(); err != nil {
+				return nil, err
+			}
+		}
+		if flags&1 == 0 { // active: offset expression
+			if err := expr(); err != nil {
+				return nil, err
+			}
+		}
+		if flags&3 != 0 { // elemkind or reftype
+			if err := copyByte(); err != nil {
+				return nil, err
+			}
+		}
+		cnt, err := r.count(1)
+		if err != nil {
+			return nil, err
+		}
+		out = appendULEB(out, uint64(cnt))
+		for j := uint32(0); j < cnt; j++ {
+			if flags&4 != 0 {
+				err = expr()
+			} else {
+				var f uint32
+				if f, err = r.u32(); err == nil {
+					out = appendULEB(out, uint64(remap(f)))
+				}
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+	}
+	if !r.eof() {
+		return nil, r.fail("trailing bytes in the element section")
+	}
+	return out, nil
+}
+
+// checker says where checks go; nil means an expression that gets none
+// (initialisers).
+type checker struct{ fuel, limit, refill uint32 }
+
+// transformExpr returns expr with function indices renumbered and, when chk
+// is not nil, checks inserted at its start and after every loop header,
+// and the number of checks.
+func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker) ([]byte, int, error) {
 	// Pass 1: the cost of each level (level 0 is the function, then one per
-	// loop in order of appearance) and where each loop's check goes.
-	type frame struct{ level int }
+	// loop in order of appearance) and the edits: checks after loop headers
+	// and function indices to rewrite, in order.
+	type edit struct {
+		start, end int
+		level      int // > 0: a check for this level; 0: a function index
+	}
 	costs := []int64{0}
-	var at []int // offset after each loop header, by level-1
-	stack := []frame{{0}}
+	var edits []edit
+	stack := []int{0} // the level of each open frame
 	r := &reader{b: expr}
-	err := scanExpr(r, func(k opKind, _, end int) {
-		cur := stack[len(stack)-1].level
+	err := scanExpr(r, func(k opKind, start, end int) {
+		cur := stack[len(stack)-1]
 		switch k {
 		case opOther:
 			costs[cur]++
+		case opFunc:
+			costs[cur]++
+			edits = append(edits, edit{start, end, 0})
 		case opIf:
 			costs[cur]++
-			stack = append(stack, frame{cur})
+			stack = append(stack, cur)
 		case opBlock:
-			stack = append(stack, frame{cur})
+			stack = append(stack, cur)
 		case opLoop:
-			stack = append(stack, frame{len(costs)})
+			stack = append(stack, len(costs))
+			edits = append(edits, edit{end, end, len(costs)})
 			costs = append(costs, 0)
-			at = append(at, end)
 		case opEnd:
 			stack = stack[:len(stack)-1]
 		}
@@ -157,97 +403,181 @@ func meterExpr(expr []byte, fuel, limit uint32) ([]byte, int, error) {
 		return nil, 0, err
 	}
 	if !r.eof() {
-		return nil, 0, r.fail("trailing bytes after a function body")
+		return nil, 0, r.fail("trailing bytes after an expression")
 	}
-	// Pass 2: copy with the checks inserted.
-	out := make([]byte, 0, len(expr)+len(costs)*24)
-	out = appendCheck(out, fuel, limit, costs[0])
+	// Pass 2: copy with the edits applied.
+	out := make([]byte, 0, len(expr)+len(costs)*32)
+	checks := 0
+	if chk != nil {
+		out = chk.append(out, costs[0])
+		checks++
+	}
 	prev := 0
-	for i, off := range at {
-		out = append(out, expr[prev:off]...)
-		out = appendCheck(out, fuel, limit, costs[i+1])
-		prev = off
+	for _, e := range edits {
+		out = append(out, expr[prev:e.start]...)
+		prev = e.end
+		if e.level > 0 {
+			if chk != nil {
+				out = chk.append(out, costs[e.level])
+				checks++
+			}
+			continue
+		}
+		ir := &reader{b: expr[:e.end], off: e.start + 1}
+		f, err := ir.u32()
+		if err != nil {
+			return nil, 0, err
+		}
+		out = append(out, expr[e.start])
+		out = appendULEB(out, uint64(remap(f)))
 	}
 	out = append(out, expr[prev:]...)
-	return out, len(costs), nil
+	return out, checks, nil
 }
 
-// appendCheck appends: fuel -= cost; if fuel < limit { unreachable }.
-func appendCheck(b []byte, fuel, limit uint32, cost int64) []byte {
+// append appends a check: fuel -= cost; if fuel < limit { refill(); if
+// fuel < limit { unreachable } }.
+func (c *checker) append(b []byte, cost int64) []byte {
 	cost = max(cost, 1)
-	b = append(b, 0x23) // global.get
-	b = appendULEB(b, uint64(fuel))
+	get := func(b []byte, g uint32) []byte { return appendULEB(append(b, 0x23), uint64(g)) }
+	b = get(b, c.fuel)
 	b = append(b, 0x42) // i64.const
 	b = appendSLEB(b, cost)
 	b = append(b, 0x7d, 0x24) // i64.sub, global.set
-	b = appendULEB(b, uint64(fuel))
-	b = append(b, 0x23) // global.get
-	b = appendULEB(b, uint64(fuel))
-	b = append(b, 0x23) // global.get
-	b = appendULEB(b, uint64(limit))
-	// i64.lt_s, if (empty), unreachable, end
-	return append(b, 0x53, 0x04, 0x40, 0x00, 0x0b)
+	b = appendULEB(b, uint64(c.fuel))
+	b = get(get(b, c.fuel), c.limit)
+	b = append(b, 0x53, 0x04, 0x40, 0x10) // i64.lt_s, if (empty), call
+	b = appendULEB(b, uint64(c.refill))
+	b = get(get(b, c.fuel), c.limit)
+	// i64.lt_s, if (empty), unreachable, end, end
+	return append(b, 0x53, 0x04, 0x40, 0x00, 0x0b, 0x0b)
 }
 
 // fixNames keeps the name section correct for the instrumented module: it
-// drops the label-names subsection (the inserted ifs renumber labels) and
-// names the added globals in the global-names subsection. A name section it
-// cannot read is returned unchanged (wazero ignores a bad one, as the
-// specification allows).
-func fixNames(raw []byte, fuel, limit uint32) []byte {
+// renumbers the function-names and local-names subsections (and names the
+// refill import), drops the label-names subsection (the inserted ifs
+// renumber labels) and names the added globals in the global-names
+// subsection. A name section it cannot read is dropped (names are optional;
+// wrong ones would mislead).
+func fixNames(raw []byte, fuel, limit, refill uint32) []byte {
 	const (
+		subFuncs   = 1
+		subLocals  = 2
 		subLabels  = 3
 		subGlobals = 7
 	)
+	remap := func(f uint32) uint32 {
+		if f >= refill {
+			return f + 1
+		}
+		return f
+	}
 	r := &reader{b: raw}
 	var out []byte
-	added := false
-	addGlobal := func(entries []byte, n uint32) {
+	emit := func(id byte, body []byte) {
+		out = append(out, id)
+		out = appendULEB(out, uint64(len(body)))
+		out = append(out, body...)
+	}
+	globalsDone := false
+	addGlobals := func(entries []byte, n uint32) {
 		body := appendULEB(nil, uint64(n)+2)
 		body = append(body, entries...)
 		body = appendULEB(body, uint64(fuel))
 		body = appendName(body, GlobalExport)
 		body = appendULEB(body, uint64(limit))
 		body = appendName(body, LimitExport)
-		out = append(out, subGlobals)
-		out = appendULEB(out, uint64(len(body)))
-		out = append(out, body...)
-		added = true
+		emit(subGlobals, body)
+		globalsDone = true
 	}
 	for !r.eof() {
 		id, err := r.byte()
 		if err != nil {
-			return raw
+			return nil
 		}
 		size, err := r.u32()
 		if err != nil {
-			return raw
+			return nil
 		}
 		body, err := r.bytes(uint64(size))
 		if err != nil {
-			return raw
+			return nil
 		}
-		if id > subGlobals && !added {
-			addGlobal(nil, 0)
+		if id > subGlobals && !globalsDone {
+			addGlobals(nil, 0)
 		}
+		br := &reader{b: body}
 		switch id {
 		case subLabels:
 			continue
-		case subGlobals:
-			br := &reader{b: body}
-			n, err := br.u32()
-			if err != nil || added {
-				return raw
+		case subFuncs:
+			n, err := br.count(2)
+			if err != nil {
+				return nil
 			}
-			addGlobal(body[br.off:], n)
+			nb := appendULEB(nil, uint64(n)+1)
+			added := false
+			for i := uint32(0); i < n; i++ {
+				f, err := br.u32()
+				if err != nil {
+					return nil
+				}
+				name, err := br.name()
+				if err != nil {
+					return nil
+				}
+				if f >= refill && !added {
+					nb = appendName(appendULEB(nb, uint64(refill)), ImportModule+"."+ImportName)
+					added = true
+				}
+				nb = appendName(appendULEB(nb, uint64(remap(f))), name)
+			}
+			if !added {
+				nb = appendName(appendULEB(nb, uint64(refill)), ImportModule+"."+ImportName)
+			}
+			emit(id, nb)
+			continue
+		case subLocals:
+			n, err := br.count(2)
+			if err != nil {
+				return nil
+			}
+			nb := appendULEB(nil, uint64(n))
+			for i := uint32(0); i < n; i++ {
+				f, err := br.u32()
+				if err != nil {
+					return nil
+				}
+				start := br.off
+				m, err := br.count(2)
+				if err != nil {
+					return nil
+				}
+				for j := uint32(0); j < m; j++ {
+					if _, err := br.u32(); err != nil {
+						return nil
+					}
+					if _, err := br.name(); err != nil {
+						return nil
+					}
+				}
+				nb = appendULEB(nb, uint64(remap(f)))
+				nb = append(nb, body[start:br.off]...)
+			}
+			emit(id, nb)
+			continue
+		case subGlobals:
+			n, err := br.u32()
+			if err != nil || globalsDone {
+				return nil
+			}
+			addGlobals(body[br.off:], n)
 			continue
 		}
-		out = append(out, id)
-		out = appendULEB(out, uint64(size))
-		out = append(out, body...)
+		emit(id, body)
 	}
-	if !added {
-		addGlobal(nil, 0)
+	if !globalsDone {
+		addGlobals(nil, 0)
 	}
 	return out
 }
