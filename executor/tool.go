@@ -363,7 +363,7 @@ func (t *Tool) moduleConfig(env map[string]string, sl *sleeper) wazero.ModuleCon
 	for k, v := range env {
 		mc = mc.WithEnv(k, v)
 	}
-	return mc
+	return t.exec.deterministicModuleConfig(mc) // deterministic.go
 }
 
 // newInstance instantiates the reactor and runs _initialize under the tool's

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/sandboxd/sandboxd/conformance"
+	"github.com/sandboxd/sandboxd/executor"
+)
+
+func init() {
+	commands["conformance"] = command{"check a pack's tools (static checks + cases); exit 1 on any failure, 2 on usage or infrastructure errors", cmdConformance}
+}
+
+func cmdConformance(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("sandboxd conformance", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		cases         = fs.String("cases", "", "directory of case files (*.cases.json); for an oci:// pack it also holds the tool manifests (required)")
+		junit         = fs.String("junit", "", "write a JUnit XML report to this file")
+		jsonOut       = fs.String("json", "", "write a JSON report to this file (- for stdout instead of the summary)")
+		deploy        = fs.Bool("deploy", false, "treat the pack as meant for deploy: filesystem refs fail (pack.json \"deploy\": true does the same)")
+		deterministic = fs.Bool("deterministic", false, "give guests fixed clocks and a seeded random source")
+		seed          = fs.Uint64("seed", 1, "random seed for --deterministic")
+		caseTimeout   = fs.Duration("case-timeout", conformance.DefaultCaseTimeout, "wall deadline of one case without its own timeoutMs")
+		cacheDir      = fs.String("cache-dir", "", "compilation cache directory (default: in memory)")
+		memMB         = fs.Int64("default-mem-mb", executor.DefaultMemMB, "memMB for tools that declare no limits")
+		cpuMs         = fs.Int64("default-cpu-ms", executor.DefaultCPUMs, "cpuMs for tools that declare no limits")
+		colorMode     = fs.String("color", "auto", "colour the summary: auto (on a terminal), always, never")
+	)
+	var ociOpts ociFlags
+	ociOpts.register(fs, false)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: sandboxd conformance PACK [flags]\n\n"+
+			"PACK is a directory of tool manifests (*.tool.json, */tool.json) and case files\n"+
+			"(*.cases.json, also under PACK/cases/), or oci://REF with --cases DIR holding\n"+
+			"the manifests and case files. See docs/conformance.md.\n\n"+
+			"Prints one line per check and the totals. Exit 0: every check passed (warnings\n"+
+			"allowed); 1: a check failed; 2: usage error or infrastructure error (unreadable\n"+
+			"pack, unreachable registry) — no verdict.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	usage := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "sandboxd conformance: "+format+"\n", a...)
+		return exitUsage
+	}
+	if len(pos) != 1 {
+		return usage("want exactly one PACK (a directory or oci://REF), got %d arguments", len(pos))
+	}
+	if *caseTimeout <= 0 {
+		return usage("--case-timeout must be positive")
+	}
+	if *memMB <= 0 || *cpuMs <= 0 {
+		return usage("--default-mem-mb and --default-cpu-ms must be positive")
+	}
+	var color bool
+	switch *colorMode {
+	case "auto":
+		color = isTerminal(stdout) && os.Getenv("NO_COLOR") == ""
+	case "always":
+		color = true
+	case "never":
+	default:
+		return usage("--color wants auto, always or never, got %q", *colorMode)
+	}
+	oci, err := ociOpts.resolver()
+	if err != nil {
+		return usage("%v", err)
+	}
+	defer oci.Close()
+	opts := conformance.Options{
+		Cases: *cases, Deploy: *deploy, Deterministic: *deterministic, Seed: *seed,
+		OCI: oci, CacheDir: *cacheDir, CaseTimeout: *caseTimeout,
+		DefaultMemMB: *memMB, DefaultCPUMs: *cpuMs,
+	}
+	if strings.HasPrefix(pos[0], conformance.OCIPrefix) && *cases == "" {
+		return usage("an oci:// pack needs --cases DIR (its tool manifests and case files)")
+	}
+	rep, err := conformance.Run(ctx, pos[0], opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "sandboxd conformance: %v\n", err)
+		return exitUsage
+	}
+	write := func(path string, fn func(io.Writer) error) error {
+		if path == "-" {
+			return fn(stdout)
+		}
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		if err := fn(f); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	}
+	if *jsonOut != "-" {
+		if err := rep.WriteSummary(stdout, color); err != nil {
+			return usage("%v", err)
+		}
+	}
+	if *junit != "" {
+		if err := write(*junit, rep.WriteJUnit); err != nil {
+			return usage("--junit: %v", err)
+		}
+	}
+	if *jsonOut != "" {
+		if err := write(*jsonOut, rep.WriteJSON); err != nil {
+			return usage("--json: %v", err)
+		}
+	}
+	if rep.Failed() {
+		return exitError
+	}
+	return exitOK
+}

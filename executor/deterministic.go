@@ -1,0 +1,90 @@
+package executor
+
+import (
+	"context"
+	"encoding/binary"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"weak"
+
+	"github.com/tetratelabs/wazero"
+)
+
+// DeterministicEpoch is the wall clock a deterministic guest starts at:
+// 2026-01-01T00:00:00Z, in nanoseconds since the Unix epoch.
+const DeterministicEpoch int64 = 1767225600_000_000_000
+
+// deterministicStep is how far a deterministic guest's clocks move at each
+// reading, so that loops waiting for time to pass still end.
+const deterministicStep int64 = 1_000_000 // 1 ms
+
+// deterministicSeeds maps an Executor made by NewDeterministic to its seed.
+// The key is a weak pointer, and a cleanup removes the entry once the
+// Executor is unreachable, so the map never keeps an Executor alive.
+//
+// (The setting lives here rather than in Config because Config's fields are
+// declared in config.go; WithDeterministic on Config needs one field there.)
+var deterministicSeeds sync.Map // weak.Pointer[Executor] → uint64
+
+// NewDeterministic is New for an Executor whose guests see fixed clocks and
+// a seeded random source, so that the same call gives the same answer on
+// every machine and every run:
+//
+//   - the wall clock starts at DeterministicEpoch and the monotonic clock at
+//     0 in every new instance, and both advance by exactly 1 ms per reading;
+//   - a sleep returns at once and advances both clocks by its duration;
+//   - random_get (and everything built on it, such as Go's crypto/rand and
+//     map iteration order) reads a ChaCha8 stream seeded with seed, restarted
+//     for every instance.
+//
+// Everything else (limits, postures, egress) is as configured in cfg. It is
+// meant for conformance testing, never for production: guests relying on
+// randomness for secrecy get none.
+func NewDeterministic(ctx context.Context, cfg Config, seed uint64) (*Executor, error) {
+	e, err := New(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	key := weak.Make(e)
+	deterministicSeeds.Store(key, seed)
+	runtime.AddCleanup(e, func(k weak.Pointer[Executor]) { deterministicSeeds.Delete(k) }, key)
+	return e, nil
+}
+
+// Deterministic reports whether e was made by NewDeterministic, and its seed.
+func (e *Executor) Deterministic() (seed uint64, ok bool) {
+	v, ok := deterministicSeeds.Load(weak.Make(e))
+	if !ok {
+		return 0, false
+	}
+	return v.(uint64), true
+}
+
+// deterministicModuleConfig replaces the clocks, sleep and random source of
+// mc with the deterministic ones when e is deterministic. Each call builds
+// fresh state, so every instance starts from the same clocks and stream.
+func (e *Executor) deterministicModuleConfig(mc wazero.ModuleConfig) wazero.ModuleConfig {
+	seed, ok := e.Deterministic()
+	if !ok {
+		return mc
+	}
+	var elapsed atomic.Int64 // ns since the instance started
+	tick := func() int64 { return elapsed.Add(deterministicStep) }
+	var key [32]byte
+	binary.LittleEndian.PutUint64(key[:], seed)
+	copy(key[8:], "sandboxd deterministic v1")
+	return mc.
+		WithWalltime(func() (int64, int32) {
+			ns := DeterministicEpoch + tick()
+			return ns / 1e9, int32(ns % 1e9)
+		}, 1).
+		WithNanotime(tick, 1).
+		WithNanosleep(func(ns int64) {
+			if ns > 0 {
+				elapsed.Add(ns)
+			}
+		}).
+		WithRandSource(rand.NewChaCha8(key))
+}
