@@ -32,7 +32,10 @@ check:
 demo:
 	$(GO) run ./cmd/sandboxd run
 
+# The side-by-side suite (bench/, its own module: sandboxd, Extism, native
+# Go); writes BENCHMARKS.md in about two minutes. Package micro-benchmarks:
+# go test -run '^$$' -bench . -benchmem ./...
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+	cd bench && $(GO) test -count=1 -run '^TestSuite$$' -timeout 15m . -args -out ../BENCHMARKS.md
 
 include mk/wasm.mk

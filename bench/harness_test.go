@@ -243,3 +243,5 @@ func median(ds []time.Duration) time.Duration {
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	return s[len(s)/2]
 }
+
+type extismInstanceConfigT = extism.PluginInstanceConfig
