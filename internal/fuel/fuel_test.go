@@ -233,6 +233,8 @@ func TestRefusesHostileModules(t *testing.T) {
 		"deep nesting":       deep(MaxNesting + 1),
 		"reserved export":    section(7, append(appendName([]byte{1}, GlobalExport), KindGlobal, 0)),
 		"typed reference":    section(10, []byte{1, 5, 0, 0x02, 0x6b, 0x01, 0x0b, 0x0b}),
+		"reserved import":    section(2, append(appendName(appendName([]byte{1}, ImportModule), "x"), KindFunc, 0)),
+		"table initialiser":  section(4, []byte{1, 0x40, 0x00, 0x70, 0x00, 0x01, 0xd2, 0x00, 0x0b}),
 	}
 	for name, bin := range cases {
 		t.Run(name, func(t *testing.T) {
