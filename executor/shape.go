@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"fmt"
+	"math/bits"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -105,6 +106,13 @@ func checkShape(ctx context.Context, r wazero.Runtime, cm wazero.CompiledModule,
 			fmt.Sprintf("the module's declared minimum memory and tables (%d bytes) exceed memMB %d; refused before running", need, memMB))
 	}
 	return style, hasInit, nil
+}
+
+// tableCap is the element cap for every table of a tool with memLimit bytes:
+// the largest power of two whose elements fit in memLimit.
+func tableCap(memLimit int64) uint64 {
+	n := uint64(max(memLimit/tableElemBytes, 1))
+	return 1 << (bits.Len64(n) - 1)
 }
 
 func ceilMB(b int64) int64 { return (b + limits.MiB - 1) / limits.MiB }

@@ -76,8 +76,11 @@ func (e *Executor) newTool(ctx context.Context, mt *manifest.Tool, mod *artifact
 		return nil, toolerr.Wrap(toolerr.Internal, err, "instantiate "+abi.ModuleName)
 	}
 	// wazero lets table.grow allocate host memory up to 2^32 elements; cap
-	// every table so tables alone stay within memMB.
-	bin, err := wasmbin.LimitTables(mod.Bytes, uint64(t.memLimit/tableElemBytes))
+	// every table so tables alone stay within memMB. The cap is rounded down
+	// to a power of two so that tools sharing a module but not a memMB still
+	// share its compiled code in most cases (the rewritten bytes are the
+	// compilation cache key).
+	bin, err := wasmbin.LimitTables(mod.Bytes, tableCap(t.memLimit))
 	if err != nil {
 		return nil, toolerr.Wrap(toolerr.HandlerShapeInvalid, err, "cannot read the module's tables")
 	}
