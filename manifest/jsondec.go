@@ -1,12 +1,14 @@
 package manifest
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // Limits of the JSON decoder. They bound the work a hostile document can
@@ -30,6 +32,10 @@ type decodeOpts struct {
 	// spanDepth > 0 records the byte range of every object member value
 	// nested at most spanDepth objects deep, keyed by JSON Pointer.
 	spanDepth int
+	// borrow makes unescaped strings share data's bytes instead of copying
+	// them: only for a decoded tree that is dropped before data can change
+	// (Schema.Validate).
+	borrow bool
 }
 
 // decoded is a JSON document decoded into Go values: map[string]any, []any,
@@ -403,15 +409,12 @@ func (d *decoder) string() (any, error) {
 	start := d.pos
 	data := d.data
 	// Fast path: plain ASCII without escapes.
-	for i := start; i < len(data); i++ {
-		c := data[i]
-		if c == '"' {
-			d.pos = i + 1
-			return string(data[start:i]), nil
+	if i := start + plainRun(data[start:]); i < len(data) && data[i] == '"' {
+		d.pos = i + 1
+		if d.opts.borrow && i > start {
+			return unsafe.String(&data[start], i-start), nil
 		}
-		if c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
-			break
-		}
+		return string(data[start:i]), nil
 	}
 	var sb strings.Builder
 	i := start
@@ -535,4 +538,32 @@ func pointer(tokens []string) string {
 		sb.WriteString(escapePointerToken(t))
 	}
 	return sb.String()
+}
+
+// SWAR constants: one in every byte, and every byte's high bit.
+const (
+	swarOnes = 0x0101010101010101
+	swarHigh = 0x8080808080808080
+)
+
+// plainRun returns the length of b's prefix free of '"', '\\', control
+// characters and non-ASCII bytes, testing eight bytes per step.
+func plainRun(b []byte) int {
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		q := x ^ (swarOnes * '"')
+		e := x ^ (swarOnes * '\\')
+		// a zero byte in q or e, a byte < 0x20 in x, or a high bit in x
+		m := ((q - swarOnes) &^ q) | ((e - swarOnes) &^ e) | ((x - swarOnes*0x20) &^ x) | x
+		if m&swarHigh != 0 {
+			break
+		}
+	}
+	for ; i < len(b); i++ {
+		if c := b[i]; c == '"' || c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
+			break
+		}
+	}
+	return i
 }

@@ -122,7 +122,10 @@ func compileSchema(pointer string, doc any, rule dialectRule) (s *Schema, err er
 // a number literal longer than 1000 characters or with an exponent beyond
 // ±10000 (exact comparison of such numbers would cost minutes of CPU).
 func (s *Schema) Validate(doc []byte, fillDefaults bool) (out []byte, issues []toolerr.Issue, err error) {
-	d, err := decodeJSON(doc, decodeOpts{})
+	// The tree borrows doc's bytes: it is dropped before Validate returns
+	// (defaults are re-encoded into new bytes), except through issues, which
+	// come from a copying decode instead.
+	d, err := decodeJSON(doc, decodeOpts{borrow: true})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -131,6 +134,15 @@ func (s *Schema) Validate(doc []byte, fillDefaults bool) (out []byte, issues []t
 		if s.fill(d.v) || d.needsReencode() {
 			out = encodeJSON(d.v)
 		}
+	}
+	if issues = s.validate(d.v); len(issues) == 0 {
+		return out, nil, nil
+	}
+	if d, err = decodeJSON(doc, decodeOpts{}); err != nil {
+		return nil, nil, err
+	}
+	if fillDefaults {
+		s.fill(d.v)
 	}
 	return out, s.validate(d.v), nil
 }
