@@ -15,11 +15,12 @@ import (
 // after every take. Instances are created without any call's data (no input,
 // no env), so nothing of one call can reach another.
 type pool struct {
-	ready  chan *instance
-	need   chan struct{}
-	stop   chan struct{}
-	done   chan struct{}
-	closed sync.Once
+	ready   chan *instance
+	retired chan *instance // used instances for the refill goroutine to close
+	need    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+	closed  sync.Once
 }
 
 // WithPoolSize sets how many pre-warmed instances each context-isolated or
@@ -48,7 +49,7 @@ func (t *Tool) startPool() {
 	if size == 0 || !t.poolable() {
 		return
 	}
-	p := &pool{ready: make(chan *instance, size), need: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	p := &pool{ready: make(chan *instance, size), retired: make(chan *instance, retireQueue), need: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	t.pool = p
 	go t.refill(p)
 	p.need <- struct{}{}
@@ -63,6 +64,9 @@ func (t *Tool) refill(p *pool) {
 		select {
 		case <-p.stop:
 			return
+		case in := <-p.retired:
+			_ = in.mod.Close(context.Background())
+			continue
 		case <-p.need:
 		}
 		for len(p.ready) < cap(p.ready) {
@@ -80,6 +84,24 @@ func (t *Tool) refill(p *pool) {
 			}
 		}
 	}
+}
+
+// retireQueue is how many used instances may wait for the refill goroutine
+// to close them; past it the caller closes its own.
+const retireQueue = 16
+
+// retire closes a used instance. A pooled tool hands it to its refill
+// goroutine, so closing it (unmapping its memory) is off the caller's path;
+// the instance is never used again either way.
+func (t *Tool) retire(in *instance) {
+	if p := t.pool; p != nil && !t.closed.Load() {
+		select {
+		case p.retired <- in:
+			return
+		default:
+		}
+	}
+	_ = in.mod.Close(context.Background())
 }
 
 // takeInstance returns a ready instance (pooled, or warm for posture none),
@@ -124,6 +146,8 @@ func (t *Tool) stopPool(ctx context.Context) {
 	for {
 		select {
 		case in := <-p.ready:
+			_ = in.mod.Close(ctx)
+		case in := <-p.retired:
 			_ = in.mod.Close(ctx)
 		default:
 			return

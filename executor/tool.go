@@ -282,7 +282,11 @@ func contextJSON(cc *CallContext, env map[string]string) []byte {
 		Settings       json.RawMessage   `json:"settings,omitempty"`
 		Env            map[string]string `json:"env"`
 	}
-	b, _ := json.Marshal(ctxDoc{cc.TenantID, cc.RunID, cc.RequestID, cc.ProjectID, cc.OrgID, cc.IdempotencyKey, validRaw(cc.Settings), env})
+	settings := validRaw(cc.Settings)
+	if b, ok := appendContextJSON(nil, cc, settings, env); ok {
+		return b
+	}
+	b, _ := json.Marshal(ctxDoc{cc.TenantID, cc.RunID, cc.RequestID, cc.ProjectID, cc.OrgID, cc.IdempotencyKey, settings, env})
 	return b
 }
 
@@ -453,7 +457,7 @@ func (t *Tool) runReactor(ctx context.Context, inv *invocation, env map[string]s
 		default:
 		}
 	}
-	_ = in.mod.Close(context.Background())
+	t.retire(in)
 	return out
 }
 

@@ -2,8 +2,10 @@ package executor
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 
 	"github.com/sandboxd/sandboxd/abi"
@@ -17,7 +19,9 @@ import (
 type lineForwarder struct {
 	mu        sync.Mutex
 	sink      io.Writer
-	prefix    string
+	toolID    string
+	stream    string
+	prefix    string // built on first use: most calls write nothing
 	pending   []byte
 	tail      []byte
 	forwarded int
@@ -28,7 +32,15 @@ type lineForwarder struct {
 var sinkMu sync.Mutex
 
 func newLineForwarder(sink io.Writer, toolID, stream string) *lineForwarder {
-	return &lineForwarder{sink: sink, prefix: fmt.Sprintf("[%s %s] ", toolID, stream)}
+	return &lineForwarder{sink: sink, toolID: toolID, stream: stream}
+}
+
+// linePrefix returns "[tool stream] ". f.mu is held.
+func (f *lineForwarder) linePrefix() string {
+	if f.prefix == "" {
+		f.prefix = "[" + f.toolID + " " + f.stream + "] "
+	}
+	return f.prefix
 }
 
 // Write implements io.Writer. It never fails, so a guest cannot tell whether
@@ -66,7 +78,7 @@ func (f *lineForwarder) emit(line []byte) {
 	}
 	f.forwarded += len(line)
 	sinkMu.Lock()
-	_, _ = io.WriteString(f.sink, f.prefix+sanitizeLine(line)+"\n")
+	_, _ = io.WriteString(f.sink, f.linePrefix()+sanitizeLine(line)+"\n")
 	sinkMu.Unlock()
 }
 
@@ -80,7 +92,7 @@ func (f *lineForwarder) Flush() {
 	}
 	if f.dropped > 0 && f.sink != nil {
 		sinkMu.Lock()
-		_, _ = fmt.Fprintf(f.sink, "%s(%d bytes dropped over the %d-byte forwarding cap)\n", f.prefix, f.dropped, maxForwardBytes)
+		_, _ = fmt.Fprintf(f.sink, "%s(%d bytes dropped over the %d-byte forwarding cap)\n", f.linePrefix(), f.dropped, maxForwardBytes)
 		sinkMu.Unlock()
 		f.dropped = 0
 	}
@@ -137,4 +149,74 @@ func (e *Executor) emitLog(r LogRecord) {
 	sinkMu.Lock()
 	_, _ = fmt.Fprintf(e.cfg.guestStderr, "[%s log] %s: %s\n", r.ToolID, level, r.Msg)
 	sinkMu.Unlock()
+}
+
+// appendContextJSON writes what contextJSON's json.Marshal writes when no
+// string needs escaping and there are no settings; ok is false otherwise
+// (json.Marshal then does it).
+func appendContextJSON(b []byte, cc *CallContext, settings json.RawMessage, env map[string]string) (_ []byte, ok bool) {
+	if len(settings) > 0 || len(env) > 8 {
+		return nil, false
+	}
+	for _, v := range [...]string{cc.TenantID, cc.RunID, cc.RequestID, cc.ProjectID, cc.OrgID, cc.IdempotencyKey} {
+		if !plainJSONString(v) {
+			return nil, false
+		}
+	}
+	var keys [8]string
+	names := keys[:0]
+	for k, v := range env {
+		if !plainJSONString(k) || !plainJSONString(v) {
+			return nil, false
+		}
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	field := func(name, v string, always bool) {
+		if v == "" && !always {
+			return
+		}
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, name...)
+		b = append(b, `":"`...)
+		b = append(b, v...)
+		b = append(b, '"')
+	}
+	b = append(b, '{')
+	field("tenantId", cc.TenantID, true)
+	field("runId", cc.RunID, true)
+	field("requestId", cc.RequestID, false)
+	field("projectId", cc.ProjectID, false)
+	field("orgId", cc.OrgID, false)
+	field("idempotencyKey", cc.IdempotencyKey, false)
+	if env == nil {
+		return append(b, `,"env":null}`...), true
+	}
+	b = append(b, `,"env":{`...)
+	for i, k := range names {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, k...)
+		b = append(b, `":"`...)
+		b = append(b, env[k]...)
+		b = append(b, '"')
+	}
+	return append(b, "}}"...), true
+}
+
+// plainJSONString reports whether json.Marshal writes s as is between
+// quotes: printable ASCII without '"', '\\' or HTML's <, > and &.
+func plainJSONString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c >= 0x7f, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
 }
