@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -127,6 +128,7 @@ func TestBrokenPackFails(t *testing.T) {
 		"broken.bad-output probe output-schema output-validation-failed",
 		"malformed.cases.json cases malformed-message",
 		"orphan.cases.json cases tool-not-in-pack",
+		"broken.identity (x-duplicate-id.tool.json) manifest invalid-tool-definition",
 	}
 	var got, warns []string
 	for _, c := range rep.Checks {
@@ -207,6 +209,37 @@ func TestJUnitValidatesAgainstXSD(t *testing.T) {
 	os.WriteFile(bad, []byte(`<testsuites><testsuite name="x" tests="1"><testcase classname="c"/></testsuite></testsuites>`), 0o644)
 	if err := exec.Command(xmllint, "--noout", "--schema", filepath.Join("testdata", "junit.xsd"), bad).Run(); err == nil {
 		t.Error("the XSD accepts a testcase without a name")
+	}
+}
+
+// TestUnreachableRegistryIsInfra: a tool whose registry cannot be reached
+// stops the run with an *InfraError (exit 2), not a failed check.
+func TestUnreachableRegistryIsInfra(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := l.Addr().String()
+	l.Close()
+	dir := t.TempDir()
+	b, err := os.ReadFile(filepath.Join(brokenPack, "identity.tool.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	json.Unmarshal(b, &m)
+	m["codeArtifactRef"] = map[string]any{"kind": "oci", "imageRef": host + "/acme/pack@sha256:" + strings.Repeat("ab", 32), "modulePath": "identity.wasm", "artifactVersion": "1"}
+	b, _ = json.Marshal(m)
+	os.WriteFile(filepath.Join(dir, "identity.tool.json"), b, 0o644)
+	o, err := artifact.NewOCI(artifact.NewOCIConfig().WithCacheDir(filepath.Join(t.TempDir(), "oci")).WithInsecureRegistries(host))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	rep, err := Run(context.Background(), dir, Options{OCI: o})
+	var ie *InfraError
+	if rep != nil || !asInfra(err, &ie) || !strings.Contains(err.Error(), "cannot reach") {
+		t.Fatalf("Run = %v, %v; want an *InfraError", rep, err)
 	}
 }
 

@@ -15,11 +15,13 @@
 //	artifact        the codeArtifactRef resolves (digest and artifactVersion verified)
 //	module          the module compiles (WebAssembly validation)
 //	abi             entry point, imports and memory fit ABI v1 and the posture
-//	cases           the tool's case file parses
 //	case NAME       one behavioural case: input → expected output or error code
 //	probe input-validation  an input breaking the input schema is refused
 //	probe output-schema     every case output is valid against the output schema
 //	probe determinism       mutating: false tools answer alike on two fresh instances
+//
+// A case file that does not parse, or names a tool the pack lacks, is a
+// failed "cases" check under the file's name.
 //
 // A check whose prerequisite failed is skipped, so every defect is reported
 // once. Findings are pass, fail, warn (determinism only) or skip; a Report

@@ -54,10 +54,6 @@ type Options struct {
 	// DefaultMemMB and DefaultCPUMs are the limits of tools that declare
 	// none (0: executor.DefaultMemMB, executor.DefaultCPUMs).
 	DefaultMemMB, DefaultCPUMs int64
-	// EgressResolver and EgressDialer, when set, replace the guests' DNS
-	// resolver and dialer (tests use them to keep traffic on loopback).
-	EgressResolver egress.Resolver
-	EgressDialer   egress.DialFunc
 }
 
 // OCI is what Run needs from an OCI client; *artifact.OCI implements it.
@@ -171,12 +167,6 @@ func Run(ctx context.Context, source string, opts Options) (*Report, error) {
 		}
 		cfg = cfg.WithDefaultLimits(mem, cpu)
 	}
-	if opts.EgressResolver != nil {
-		cfg = cfg.WithEgressResolver(opts.EgressResolver)
-	}
-	if opts.EgressDialer != nil {
-		cfg = cfg.WithEgressDialer(opts.EgressDialer)
-	}
 	if opts.OCI != nil {
 		cfg = cfg.WithResolver(opts.OCI)
 	}
@@ -215,7 +205,7 @@ func Run(ctx context.Context, source string, opts Options) (*Report, error) {
 		pt   packTool
 	}
 	var order []loaded
-	ids := map[string]bool{}
+	ids := map[string]string{} // tool id → manifest file
 	for _, pt := range tools {
 		name := pt.file
 		if pt.err == nil {
@@ -223,10 +213,12 @@ func Run(ctx context.Context, source string, opts Options) (*Report, error) {
 				name = m.ID
 			}
 		}
-		if ids[name] {
+		if first, dup := ids[name]; dup {
+			pt.err = fmt.Errorf("duplicate tool id %q: %s declares it too", name, first)
 			name = name + " (" + pt.file + ")"
+		} else {
+			ids[name] = pt.file
 		}
-		ids[name] = true
 		order = append(order, loaded{name, pt})
 	}
 	sort.SliceStable(order, func(i, j int) bool { return order[i].name < order[j].name })
@@ -307,7 +299,7 @@ func (r *runner) checkTool(ctx context.Context, name string, pt packTool, caseFi
 	// manifest
 	if pt.err != nil {
 		add("manifest", StatusFail, toolerr.InvalidToolDefinition, "%s: %v", pt.file, pt.err)
-		skipAll("the manifest is unreadable", later...)
+		skipAll("no usable manifest", later...)
 		return nil
 	}
 	m, err := manifest.Parse(pt.raw)

@@ -51,7 +51,7 @@ func TestConformanceBrokenPackExit1(t *testing.T) {
 	if code != exitError {
 		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
 	}
-	if !strings.Contains(stdout, "\x1b[31mFAIL\x1b[0m") || !strings.Contains(lastLine(stdout), "19 failed") {
+	if !strings.Contains(stdout, "\x1b[31mFAIL\x1b[0m") || !strings.Contains(lastLine(stdout), "20 failed") {
 		t.Errorf("summary:\n%s", stdout)
 	}
 	// --json - replaces the summary with the JSON report on stdout.
