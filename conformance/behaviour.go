@@ -143,8 +143,12 @@ func (r *runner) behaviour(ctx context.Context, name string, mt *manifest.Tool, 
 		add("probe determinism", StatusSkip, "", "no case produced an output to compare")
 		return
 	}
-	a, errA := r.exec.Load(ctx, pt.raw, executor.WithModule(module), executor.WithBaseDir(pt.dir))
-	b, errB := r.exec.Load(ctx, pt.raw, executor.WithModule(module), executor.WithBaseDir(pt.dir))
+	lopts := []executor.LoadOption{executor.WithBaseDir(pt.dir)}
+	if module != nil {
+		lopts = append(lopts, executor.WithModule(module))
+	}
+	a, errA := r.exec.Load(ctx, pt.raw, lopts...)
+	b, errB := r.exec.Load(ctx, pt.raw, lopts...)
 	for _, t := range []*executor.Tool{a, b} {
 		if t != nil {
 			defer t.Close(context.WithoutCancel(ctx))

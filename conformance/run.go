@@ -319,6 +319,10 @@ func (r *runner) checkTool(ctx context.Context, name string, pt packTool, caseFi
 	}
 	policyOK := r.checkPolicy(m, add)
 
+	if m.CodeArtifactRef == nil && len(m.Spec) > 0 {
+		return r.checkDeclarative(ctx, name, m, mt, policyOK, pt, caseFiles, add)
+	}
+
 	// artifact
 	mod, ok, err := r.checkArtifact(ctx, m, pt, add)
 	if err != nil {
@@ -362,6 +366,29 @@ func (r *runner) checkTool(ctx context.Context, name string, pt packTool, caseFi
 	add("abi", StatusPass, "", "%s handler, imports allowed for posture %s", tool.Style(), m.Posture())
 
 	r.behaviour(ctx, name, mt, tool, mod.Bytes, pt, caseFiles)
+	return nil
+}
+
+// checkDeclarative checks a declarative HTTP tool (spec.kind http): there
+// is no module; loading compiles its spec, and its cases run as for any tool.
+func (r *runner) checkDeclarative(ctx context.Context, name string, m *manifest.Manifest, mt *manifest.Tool, policyOK bool, pt packTool, caseFiles []*CaseFile, add func(string, Status, toolerr.Code, string, ...any)) error {
+	add("artifact", StatusSkip, "", "declarative HTTP tool: no module")
+	add("module", StatusSkip, "", "declarative HTTP tool: no module")
+	if mt == nil || !policyOK {
+		add("abi", StatusSkip, "", "the tool cannot load: see the failures above")
+		r.skipBehaviour(name, m, caseFiles, "the tool cannot load")
+		return nil
+	}
+	tool, err := r.exec.Load(ctx, pt.raw, executor.WithBaseDir(pt.dir))
+	if err != nil {
+		te := toolerr.As(err)
+		add("abi", StatusFail, te.Code, "%s", te.Message)
+		r.skipBehaviour(name, m, caseFiles, "the tool cannot load")
+		return nil
+	}
+	defer tool.Close(context.WithoutCancel(ctx))
+	add("abi", StatusPass, "", "declarative HTTP tool: its spec compiles")
+	r.behaviour(ctx, name, mt, tool, nil, pt, caseFiles)
 	return nil
 }
 

@@ -1,0 +1,58 @@
+package conformance
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestDeclarativeHTTPTool checks a spec.kind http tool against a real
+// server on loopback (the allowlist names 127.0.0.1, so the egress policy
+// lets the call through): no module checks, cases run.
+func TestDeclarativeHTTPTool(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"item":%q}`, strings.TrimPrefix(r.URL.Path, "/items/"))
+	}))
+	defer srv.Close()
+	u, _ := url.Parse(srv.URL)
+	dir := t.TempDir()
+	m := map[string]any{
+		"id": "acme.items", "version": "1.0.0", "description": "declarative HTTP tool",
+		"input":   map[string]any{"type": "object", "properties": map[string]any{"id": map[string]any{"type": "string"}}, "required": []string{"id"}},
+		"output":  map[string]any{"type": "object", "required": []string{"item"}},
+		"network": map[string]any{"kind": "allowlist", "hosts": []string{"http://" + u.Host}},
+		"spec":    map[string]any{"kind": "http", "method": "GET", "urlTemplate": srv.URL + "/items/{id}"},
+	}
+	b, _ := json.Marshal(m)
+	os.WriteFile(filepath.Join(dir, "items.tool.json"), b, 0o644)
+	os.WriteFile(filepath.Join(dir, "items.cases.json"), []byte(`{"tool":"acme.items","cases":[
+		{"name":"fetches","input":{"id":"a1"},"expect":{"output":{"item":"a1"}}}]}`), 0o644)
+	rep, err := Run(context.Background(), dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Status{}
+	for _, c := range rep.Checks {
+		got[c.Name] = c.Status
+	}
+	want := map[string]Status{"artifact": StatusSkip, "module": StatusSkip, "abi": StatusPass, "case fetches": StatusPass,
+		"probe input-validation": StatusPass, "probe output-schema": StatusPass}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: %s, want %s", k, got[k], v)
+		}
+	}
+	if rep.Failed() {
+		var s strings.Builder
+		rep.WriteSummary(&s, false)
+		t.Errorf("report fails:\n%s", s.String())
+	}
+}
