@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestDeclarativeHTTPTool checks a spec.kind http tool against a real
@@ -54,5 +55,45 @@ func TestDeclarativeHTTPTool(t *testing.T) {
 		var s strings.Builder
 		rep.WriteSummary(&s, false)
 		t.Errorf("report fails:\n%s", s.String())
+	}
+}
+
+// TestHangingHandlerIsBounded: a handler that never returns costs a case
+// its CPU budget, not the run its life; expecting that error passes.
+func TestHangingHandlerIsBounded(t *testing.T) {
+	wasm, err := os.ReadFile("../testdata/wasm/loop.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "loop.wasm"), wasm, 0o644)
+	m := map[string]any{
+		"id": "acme.loop", "version": "1.0.0", "description": "spins forever",
+		"input": map[string]any{"type": "object"}, "output": map[string]any{"type": "object"},
+		"limits":          map[string]any{"memMB": 16, "cpuMs": 50},
+		"codeArtifactRef": map[string]any{"kind": "filesystem", "modulePath": "loop.wasm"},
+	}
+	b, _ := json.Marshal(m)
+	os.WriteFile(filepath.Join(dir, "loop.tool.json"), b, 0o644)
+	os.WriteFile(filepath.Join(dir, "loop.cases.json"), []byte(`{"tool":"acme.loop","cases":[
+		{"name":"expects output","input":{},"expect":{"output":{}}},
+		{"name":"expects the budget","input":{},"expect":{"error":{"code":"limits-exceeded"}}},
+		{"name":"short deadline","input":{},"timeoutMs":20,"expect":{"error":{"code":"deadline-exceeded"}}}]}`), 0o644)
+	rep, err := Run(context.Background(), dir, Options{CaseTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Check{}
+	for _, c := range rep.Checks {
+		got[c.Name] = c
+	}
+	if c := got["case expects output"]; c.Status != StatusFail || c.Code != "limits-exceeded" {
+		t.Errorf("expects output: %+v", c)
+	}
+	if c := got["case expects the budget"]; c.Status != StatusPass {
+		t.Errorf("expects the budget: %+v", c)
+	}
+	if c := got["case short deadline"]; c.Status != StatusPass {
+		t.Errorf("short deadline: %+v", c)
 	}
 }
