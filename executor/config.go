@@ -30,6 +30,8 @@ type Config struct {
 	poolSize       int
 	poolSizeSet    bool
 	egress         egressConfig // config_egress.go
+	deterministic  bool         // deterministic.go
+	seed           uint64
 }
 
 // Defaults applied by NewConfig.

@@ -4,10 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"math/rand/v2"
-	"runtime"
-	"sync"
 	"sync/atomic"
-	"weak"
 
 	"github.com/tetratelabs/wazero"
 )
@@ -20,17 +17,9 @@ const DeterministicEpoch int64 = 1767225600_000_000_000
 // reading, so that loops waiting for time to pass still end.
 const deterministicStep int64 = 1_000_000 // 1 ms
 
-// deterministicSeeds maps an Executor made by NewDeterministic to its seed.
-// The key is a weak pointer, and a cleanup removes the entry once the
-// Executor is unreachable, so the map never keeps an Executor alive.
-//
-// (The setting lives here rather than in Config because Config's fields are
-// declared in config.go; WithDeterministic on Config needs one field there.)
-var deterministicSeeds sync.Map // weak.Pointer[Executor] → uint64
-
-// NewDeterministic is New for an Executor whose guests see fixed clocks and
-// a seeded random source, so that the same call gives the same answer on
-// every machine and every run:
+// WithDeterministic makes guests see fixed clocks and a seeded random
+// source, so that the same call gives the same answer on every machine and
+// every run:
 //
 //   - the wall clock starts at DeterministicEpoch and the monotonic clock at
 //     0 in every new instance, and both advance by exactly 1 ms per reading;
@@ -39,27 +28,22 @@ var deterministicSeeds sync.Map // weak.Pointer[Executor] → uint64
 //     map iteration order) reads a ChaCha8 stream seeded with seed, restarted
 //     for every instance.
 //
-// Everything else (limits, postures, egress) is as configured in cfg. It is
-// meant for conformance testing, never for production: guests relying on
-// randomness for secrecy get none.
-func NewDeterministic(ctx context.Context, cfg Config, seed uint64) (*Executor, error) {
-	e, err := New(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	key := weak.Make(e)
-	deterministicSeeds.Store(key, seed)
-	runtime.AddCleanup(e, func(k weak.Pointer[Executor]) { deterministicSeeds.Delete(k) }, key)
-	return e, nil
+// Everything else (limits, postures, egress) is unchanged. It is meant for
+// conformance testing, never for production: guests relying on randomness
+// for secrecy get none.
+func (c Config) WithDeterministic(seed uint64) Config {
+	c.deterministic, c.seed = true, seed
+	return c
 }
 
-// Deterministic reports whether e was made by NewDeterministic, and its seed.
+// NewDeterministic is New(ctx, cfg.WithDeterministic(seed)).
+func NewDeterministic(ctx context.Context, cfg Config, seed uint64) (*Executor, error) {
+	return New(ctx, cfg.WithDeterministic(seed))
+}
+
+// Deterministic reports whether e runs guests deterministically, and its seed.
 func (e *Executor) Deterministic() (seed uint64, ok bool) {
-	v, ok := deterministicSeeds.Load(weak.Make(e))
-	if !ok {
-		return 0, false
-	}
-	return v.(uint64), true
+	return e.cfg.seed, e.cfg.deterministic
 }
 
 // deterministicModuleConfig replaces the clocks, sleep and random source of
