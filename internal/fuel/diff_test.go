@@ -67,8 +67,8 @@ func TestDifferentialFixtures(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if testing.Short() && len(bin) > 1<<20 {
-				t.Skip("-short: compiling a Go module twice takes seconds")
+			if (testing.Short() || raceEnabled) && len(bin) > 1<<20 {
+				t.Skip("-short or -race: compiling a Go module twice takes seconds (minutes under -race)")
 			}
 			if exhausted := differential(t, bin); exhausted != spins[name] {
 				t.Errorf("ran out of fuel: %v, want %v", exhausted, spins[name])

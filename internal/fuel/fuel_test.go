@@ -139,8 +139,8 @@ func TestInterruptSpinningGuest(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if testing.Short() && strings.HasSuffix(c.file, "_command.wasm") {
-				t.Skip("-short: compiling a Go module takes seconds")
+			if (testing.Short() || raceEnabled) && strings.HasSuffix(c.file, "_command.wasm") {
+				t.Skip("-short or -race: compiling a Go module takes seconds (minutes under -race)")
 			}
 			bin := readFile(t, c.file)
 			var worst time.Duration

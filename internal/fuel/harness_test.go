@@ -74,9 +74,6 @@ func runModule(t testing.TB, bin []byte, o runOpts) *outcome {
 	rc := wazero.NewRuntimeConfig().WithCoreFeatures(api.CoreFeaturesV2).WithMemoryLimitPages(maxPages)
 	if !o.metered {
 		rc = rc.WithCloseOnContextDone(true)
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, o.timeout)
-		defer cancel()
 	}
 	r := wazero.NewRuntimeWithConfig(context.Background(), rc)
 	defer r.Close(context.Background())
@@ -94,6 +91,11 @@ func runModule(t testing.TB, bin []byte, o runOpts) *outcome {
 	if err != nil {
 		out.Calls = append(out.Calls, "compile: "+err.Error())
 		return out
+	}
+	if !o.metered { // the wall limit starts after compilation
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.timeout)
+		defer cancel()
 	}
 	var hostLog []string
 	logf := func(format string, args ...any) {

@@ -1,0 +1,5 @@
+//go:build !race
+
+package fuel
+
+const raceEnabled = false
