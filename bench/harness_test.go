@@ -66,34 +66,6 @@ type result struct {
 	n        int
 }
 
-// measure runs fn warm times, then at least minN and at most maxN times
-// within budget, timing each call.
-func measure(warm, minN, maxN int, budget time.Duration, fn func() error) (result, error) {
-	for i := 0; i < warm; i++ {
-		if err := fn(); err != nil {
-			return result{}, err
-		}
-	}
-	h := newHist()
-	var m0, m1 runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&m0)
-	end := time.Now().Add(budget)
-	for i := 0; i < maxN && (i < minN || time.Now().Before(end)); i++ {
-		t0 := time.Now()
-		if err := fn(); err != nil {
-			return result{}, err
-		}
-		h.add(time.Since(t0))
-	}
-	runtime.ReadMemStats(&m1)
-	return result{
-		p50: h.quantile(0.5), p99: h.quantile(0.99), n: h.n,
-		allocs: float64(m1.Mallocs-m0.Mallocs) / float64(h.n),
-		bytes:  float64(m1.TotalAlloc-m0.TotalAlloc) / float64(h.n),
-	}, nil
-}
-
 func root(tb testing.TB) string {
 	tb.Helper()
 	p, err := filepath.Abs("..")
@@ -245,3 +217,43 @@ func median(ds []time.Duration) time.Duration {
 }
 
 type extismInstanceConfigT = extism.PluginInstanceConfig
+
+// interleaved measures the cases round-robin, rounds times, each case for
+// slice per round (after warm calls once), so a change in the shared
+// machine's load falls on every case alike. Results are in cases' order.
+func interleaved(cases []func() error, warm, rounds, maxPerRound int, slice time.Duration) ([]result, error) {
+	hs := make([]*hist, len(cases))
+	mallocs := make([]uint64, len(cases))
+	bytes := make([]uint64, len(cases))
+	for i, fn := range cases {
+		hs[i] = newHist()
+		for j := 0; j < warm; j++ {
+			if err := fn(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	var m0, m1 runtime.MemStats
+	for r := 0; r < rounds; r++ {
+		for i, fn := range cases {
+			runtime.ReadMemStats(&m0)
+			end := time.Now().Add(slice)
+			for j := 0; j < maxPerRound && (j < 3 || time.Now().Before(end)); j++ {
+				t0 := time.Now()
+				if err := fn(); err != nil {
+					return nil, err
+				}
+				hs[i].add(time.Since(t0))
+			}
+			runtime.ReadMemStats(&m1)
+			mallocs[i] += m1.Mallocs - m0.Mallocs
+			bytes[i] += m1.TotalAlloc - m0.TotalAlloc
+		}
+	}
+	out := make([]result, len(cases))
+	for i, h := range hs {
+		out[i] = result{p50: h.quantile(0.5), p99: h.quantile(0.99), n: h.n,
+			allocs: float64(mallocs[i]) / float64(h.n), bytes: float64(bytes[i]) / float64(h.n)}
+	}
+	return out, nil
+}
