@@ -334,3 +334,72 @@ func TestHarnessSeesDifferences(t *testing.T) {
 		t.Fatalf("outcome %s", base)
 	}
 }
+
+// TestDeterministicGoGuest runs a Go guest (Go's runtime, GC and scheduler
+// included) three times with wazero's default fake clocks and seeded random
+// source: it uses the same fuel every time. (With real clocks the Go
+// runtime's behaviour, and so the count, depends on timing: a deterministic
+// mode must keep the fakes.)
+func TestDeterministicGoGuest(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("-short or -race: compiling a Go module takes seconds (minutes under -race)")
+	}
+	ctx := context.Background()
+	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCoreFeatures(api.CoreFeaturesV2))
+	defer r.Close(ctx)
+	wasi_snapshot_preview1.MustInstantiate(ctx, r)
+	if _, err := HostModule(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	c, err := r.CompileModule(ctx, mustInstrumentBytes(t, readFile(t, "../../testdata/wasm/go_echo_command.wasm")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// the SDK's sandboxd_v1 imports, stubbed (a command does not call them)
+	stubs := map[string]wazero.HostModuleBuilder{}
+	for _, f := range c.ImportedFunctions() {
+		mod, name, _ := f.Import()
+		if mod == wasi_snapshot_preview1.ModuleName || mod == ImportModule {
+			continue
+		}
+		if stubs[mod] == nil {
+			stubs[mod] = r.NewHostModuleBuilder(mod)
+		}
+		stubs[mod].NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(context.Context, api.Module, []uint64) {}),
+			f.ParamTypes(), f.ResultTypes()).Export(name)
+	}
+	for _, b := range stubs {
+		if _, err := b.Instantiate(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var first int64
+	for i := range 3 {
+		var stdout strings.Builder
+		mc := wazero.NewModuleConfig().WithName("").WithStartFunctions().
+			WithStdin(strings.NewReader(`{"message":"hello","n":[1,2,3]}`)).WithStdout(&stdout)
+		mod, err := r.InstantiateModule(ctx, c, mc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := NewMeter(mod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Set(Unlimited)
+		if _, err := mod.ExportedFunction("_start").Call(m.Context(ctx)); err != nil && !strings.Contains(err.Error(), "exit_code(0)") {
+			t.Fatalf("_start: %v", err)
+		}
+		used := Unlimited - m.Remaining()
+		if !strings.Contains(stdout.String(), "hello") {
+			t.Fatalf("output %q", stdout.String())
+		}
+		if i == 0 {
+			first = used
+			t.Logf("go_echo_command used %d fuel", used)
+		} else if used != first {
+			t.Fatalf("run %d used %d fuel, run 0 used %d", i, used, first)
+		}
+		mod.Close(ctx)
+	}
+}
