@@ -161,3 +161,16 @@ func buildGoLoop(b *testing.B) []byte {
 	}
 	return readFile(b, out)
 }
+
+// BenchmarkInstrument measures the pass itself on the largest Go fixture
+// (what a cache of instrumented modules saves on each load).
+func BenchmarkInstrument(b *testing.B) {
+	bin := readFile(b, "../../testdata/wasm/go_echo_reactor.wasm")
+	b.SetBytes(int64(len(bin)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := Instrument(bin); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
