@@ -182,3 +182,13 @@ func (s *switchWriter) Write(p []byte) (int, error) {
 	s.mu.Unlock()
 	return w.Write(p)
 }
+
+// PoolStats reports the tool's pre-warmed instances: how many are ready now
+// and how many the pool keeps. Both are 0 for a tool that is not pooled
+// (posture none, command style, declared env, declarative HTTP, pool size 0).
+func (t *Tool) PoolStats() (ready, capacity int) {
+	if p := t.pool; p != nil {
+		return len(p.ready), cap(p.ready)
+	}
+	return 0, 0
+}

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/sandboxd/sandboxd/egress"
 )
 
 // metrics is sandboxd's Prometheus registry, written in the text
@@ -19,6 +21,7 @@ type metrics struct {
 	cpuMs       map[string]float64    // tool
 	peakMem     map[string]*histogram // tool
 	rejected    map[string]float64    // reason
+	egress      map[[2]string]float64 // tool, decision
 }
 
 // durationBuckets are the latency buckets in seconds.
@@ -55,6 +58,23 @@ func newMetrics() *metrics {
 		cpuMs:       map[string]float64{},
 		peakMem:     map[string]*histogram{},
 		rejected:    map[string]float64{},
+		egress:      map[[2]string]float64{},
+	}
+}
+
+// egressAttempts counts a call's HTTP requests by decision.
+func (m *metrics) egressAttempts(tool string, attempts []egress.Attempt) {
+	if len(attempts) == 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, a := range attempts {
+		d := "denied"
+		if a.Allowed {
+			d = "allowed"
+		}
+		m.egress[[2]string{tool, d}]++
 	}
 }
 
@@ -92,6 +112,7 @@ type gauges struct {
 	ready, draining                      bool
 	tools                                int
 	toolInflight                         map[string]int
+	poolReady, poolCap                   map[string]int // pooled tools only
 }
 
 func (m *metrics) write(w io.Writer, g gauges) {
@@ -121,6 +142,20 @@ func (m *metrics) write(w io.Writer, g gauges) {
 		fmt.Fprintf(&b, "sandboxd_guest_cpu_ms_total{tool=%s} %s\n", label(t), num(m.cpuMs[t]))
 	}
 	writeHists(&b, "sandboxd_guest_peak_memory_mb", "Peak guest memory per call (linear memory plus host buffers), by tool, in MiB.", m.peakMem)
+	head("sandboxd_egress_requests_total", "counter", "Guest HTTP requests (each redirect hop counts), by tool and policy decision (allowed or denied).")
+	ekeys := make([][2]string, 0, len(m.egress))
+	for k := range m.egress {
+		ekeys = append(ekeys, k)
+	}
+	sort.Slice(ekeys, func(i, j int) bool {
+		if ekeys[i][0] != ekeys[j][0] {
+			return ekeys[i][0] < ekeys[j][0]
+		}
+		return ekeys[i][1] < ekeys[j][1]
+	})
+	for _, k := range ekeys {
+		fmt.Fprintf(&b, "sandboxd_egress_requests_total{tool=%s,decision=%s} %s\n", label(k[0]), label(k[1]), num(m.egress[k]))
+	}
 	head("sandboxd_rejected_total", "counter", "Calls refused with 503 before running, by reason.")
 	for _, r := range sortedKeys(m.rejected) {
 		fmt.Fprintf(&b, "sandboxd_rejected_total{reason=%s} %s\n", label(r), num(m.rejected[r]))
@@ -139,6 +174,14 @@ func (m *metrics) write(w io.Writer, g gauges) {
 	head("sandboxd_tool_inflight_calls", "gauge", "Calls running per tool (bounded by the per-tool cap).")
 	for _, t := range sortedKeys(g.toolInflight) {
 		fmt.Fprintf(&b, "sandboxd_tool_inflight_calls{tool=%s} %d\n", label(t), g.toolInflight[t])
+	}
+	head("sandboxd_pool_ready_instances", "gauge", "Pre-warmed, never-used instances ready per pooled tool.")
+	for _, t := range sortedKeys(g.poolReady) {
+		fmt.Fprintf(&b, "sandboxd_pool_ready_instances{tool=%s} %d\n", label(t), g.poolReady[t])
+	}
+	head("sandboxd_pool_capacity_instances", "gauge", "Pre-warmed instances each pooled tool keeps.")
+	for _, t := range sortedKeys(g.poolCap) {
+		fmt.Fprintf(&b, "sandboxd_pool_capacity_instances{tool=%s} %d\n", label(t), g.poolCap[t])
 	}
 	_, _ = io.WriteString(w, b.String())
 }

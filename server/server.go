@@ -464,8 +464,12 @@ func (s *Server) handleMetrics(w http.ResponseWriter, _ *http.Request) {
 		inflight: len(s.adm.slots), queued: int(s.adm.queued.Load()), capacity: cap(s.adm.slots),
 		queueCap: int(s.adm.queueCap), draining: s.isDraining(), tools: len(c.order), toolInflight: map[string]int{},
 	}
+	g.poolReady, g.poolCap = map[string]int{}, map[string]int{}
 	for id, e := range c.tools {
 		g.toolInflight[id] = len(e.inflight)
+		if ready, capacity := e.tool.PoolStats(); capacity > 0 {
+			g.poolReady[id], g.poolCap[id] = ready, capacity
+		}
 	}
 	c.release()
 	g.ready = s.Ready()
@@ -732,6 +736,7 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 	if o.res != nil {
 		u := o.res.Usage
 		usage = &u
+		s.metrics.egressAttempts(inv.toolID, o.res.Egress)
 	}
 	if o.err == nil {
 		rec.outcome = "ok"
