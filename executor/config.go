@@ -31,6 +31,8 @@ type Config struct {
 	poolSizeSet    bool
 	egress         egressConfig // config_egress.go
 	deterministic  bool         // deterministic.go
+	poolBudget     int64        // pool.go
+	poolIdle       time.Duration
 	seed           uint64
 }
 

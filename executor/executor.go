@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/tetratelabs/wazero"
 
@@ -24,6 +25,8 @@ type Executor struct {
 	mu     sync.Mutex
 	tools  map[*Tool]struct{}
 	closed bool
+
+	pooledBytes atomic.Int64 // linear memory of idle pre-warmed instances (pool.go)
 }
 
 // New validates cfg and opens the compilation cache.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandboxd/sandboxd/manifest"
@@ -14,26 +15,60 @@ import (
 // paying for instantiation and _initialize. A background goroutine refills it
 // after every take. Instances are created without any call's data (no input,
 // no env), so nothing of one call can reach another.
+//
+// The pool adapts to load: it starts at a target of min(2, size), a call that
+// finds it empty raises the target by one (up to size), and a pool nobody took
+// from for the idle period lowers it by one (down to 1) and closes the
+// surplus. Every tool's pooled instances together stay within the executor's
+// pool memory budget; a refill that would pass it waits for the next take.
 type pool struct {
-	ready   chan *instance
-	retired chan *instance // used instances for the refill goroutine to close
-	need    chan struct{}
-	stop    chan struct{}
-	done    chan struct{}
-	closed  sync.Once
+	ready    chan *instance // capacity = the size cap
+	retired  chan *instance // used instances for the refill goroutine to close
+	need     chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
+	closed   sync.Once
+	target   atomic.Int32 // instances to keep ready now, 1..cap(ready)
+	lastTake atomic.Int64 // unix nanoseconds of the last take
 }
 
-// WithPoolSize sets how many pre-warmed instances each context-isolated or
-// strict reactor tool keeps ready (0 disables pooling). Tools that declare
-// needsSpec.env are not pooled: their WASI environment comes with each call.
+// WithPoolSize sets the most pre-warmed instances each context-isolated or
+// strict reactor tool keeps ready (0 disables pooling); pools grow toward it
+// under load and shrink when idle. Tools that declare needsSpec.env are not
+// pooled: their WASI environment comes with each call.
 func (c Config) WithPoolSize(n int) Config {
 	c.poolSize = max(n, 0)
 	c.poolSizeSet = true
 	return c
 }
 
-// defaultPoolSize applies when WithPoolSize was not called.
-const defaultPoolSize = 2
+// WithPoolBudget caps the linear memory held by all idle pre-warmed instances
+// of all tools together, in bytes (default DefaultPoolBudget), and sets after
+// how long without a take a pool shrinks by one instance (default
+// DefaultPoolIdle).
+func (c Config) WithPoolBudget(bytes int64, idle time.Duration) Config {
+	c.poolBudget, c.poolIdle = bytes, idle
+	return c
+}
+
+// Pool defaults.
+const (
+	defaultPoolSize   = 8
+	initialPoolTarget = 2
+	DefaultPoolBudget = 512 << 20
+	DefaultPoolIdle   = 30 * time.Second
+)
+
+func (c *Config) poolLimits() (budget int64, idle time.Duration) {
+	budget, idle = c.poolBudget, c.poolIdle
+	if budget <= 0 {
+		budget = DefaultPoolBudget
+	}
+	if idle <= 0 {
+		idle = DefaultPoolIdle
+	}
+	return budget, idle
+}
 
 func (t *Tool) poolable() bool {
 	return t.style == Reactor &&
@@ -50,6 +85,8 @@ func (t *Tool) startPool() {
 		return
 	}
 	p := &pool{ready: make(chan *instance, size), retired: make(chan *instance, retireQueue), need: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	p.target.Store(int32(min(initialPoolTarget, size)))
+	p.lastTake.Store(time.Now().UnixNano())
 	t.pool = p
 	go t.refill(p)
 	p.need <- struct{}{}
@@ -60,6 +97,9 @@ func (t *Tool) startPool() {
 // _initialize fails costs its callers, not a spinning background loop.
 func (t *Tool) refill(p *pool) {
 	defer close(p.done)
+	budget, idle := t.exec.cfg.poolLimits()
+	tick := time.NewTicker(max(idle/4, time.Millisecond))
+	defer tick.Stop()
 	for {
 		select {
 		case <-p.stop:
@@ -67,21 +107,55 @@ func (t *Tool) refill(p *pool) {
 		case in := <-p.retired:
 			_ = in.mod.Close(context.Background())
 			continue
+		case <-tick.C:
+			t.shrinkIdle(p, idle)
+			continue
 		case <-p.need:
 		}
-		for len(p.ready) < cap(p.ready) {
+		for len(p.ready) < int(p.target.Load()) {
+			if t.exec.pooledBytes.Load() >= budget {
+				break // over the shared budget: wait for a take
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), t.exec.cfg.defaultTimeout)
 			in, err := t.newInstance(ctx, nil, newLineForwarder(t.exec.cfg.guestStdout, t.ID(), "stdout"), newLineForwarder(t.exec.cfg.guestStderr, t.ID(), "stderr"))
 			cancel()
 			if err != nil {
 				break
 			}
+			size := in.acct.Linear()
+			if t.exec.pooledBytes.Add(size) > budget {
+				t.exec.pooledBytes.Add(-size)
+				_ = in.mod.Close(context.Background())
+				break
+			}
 			select {
 			case p.ready <- in:
 			case <-p.stop:
+				t.exec.pooledBytes.Add(-size)
 				_ = in.mod.Close(context.Background())
 				return
 			}
+		}
+	}
+}
+
+// shrinkIdle lowers the target of a pool nobody took from for idle, and
+// closes the ready instances above it.
+func (t *Tool) shrinkIdle(p *pool, idle time.Duration) {
+	if time.Since(time.Unix(0, p.lastTake.Load())) < idle {
+		return
+	}
+	if tg := p.target.Load(); tg > 1 {
+		p.target.Store(tg - 1)
+		p.lastTake.Store(time.Now().UnixNano()) // one step per idle period
+	}
+	for len(p.ready) > int(p.target.Load()) {
+		select {
+		case in := <-p.ready:
+			t.exec.pooledBytes.Add(-in.acct.Linear())
+			_ = in.mod.Close(context.Background())
+		default:
+			return
 		}
 	}
 }
@@ -108,20 +182,22 @@ func (t *Tool) retire(in *instance) {
 // or nil when none is ready.
 func (t *Tool) takeInstance() *instance {
 	if p := t.pool; p != nil {
+		p.lastTake.Store(time.Now().UnixNano())
+		var in *instance
 		select {
-		case in := <-p.ready:
-			select {
-			case p.need <- struct{}{}:
-			default:
-			}
-			return in
+		case in = <-p.ready:
+			t.exec.pooledBytes.Add(-in.acct.Linear())
 		default:
-			select {
-			case p.need <- struct{}{}:
-			default:
+			// A miss: the pool was too small for this load.
+			if tg := p.target.Load(); int(tg) < cap(p.ready) {
+				p.target.CompareAndSwap(tg, tg+1)
 			}
-			return nil
 		}
+		select {
+		case p.need <- struct{}{}:
+		default:
+		}
+		return in
 	}
 	if t.idle != nil {
 		select {
@@ -146,6 +222,7 @@ func (t *Tool) stopPool(ctx context.Context) {
 	for {
 		select {
 		case in := <-p.ready:
+			t.exec.pooledBytes.Add(-in.acct.Linear())
 			_ = in.mod.Close(ctx)
 		case in := <-p.retired:
 			_ = in.mod.Close(ctx)
@@ -184,11 +261,16 @@ func (s *switchWriter) Write(p []byte) (int, error) {
 }
 
 // PoolStats reports the tool's pre-warmed instances: how many are ready now
-// and how many the pool keeps. Both are 0 for a tool that is not pooled
-// (posture none, command style, declared env, declarative HTTP, pool size 0).
-func (t *Tool) PoolStats() (ready, capacity int) {
+// and how many the pool currently aims to keep (it adapts to load, up to the
+// pool size). Both are 0 for a tool that is not pooled (posture none, command
+// style, declared env, declarative HTTP, pool size 0).
+func (t *Tool) PoolStats() (ready, target int) {
 	if p := t.pool; p != nil {
-		return len(p.ready), cap(p.ready)
+		return len(p.ready), int(p.target.Load())
 	}
 	return 0, 0
 }
+
+// PooledBytes returns the linear memory held by all idle pre-warmed
+// instances of the executor's tools.
+func (e *Executor) PooledBytes() int64 { return e.pooledBytes.Load() }

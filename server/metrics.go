@@ -179,9 +179,9 @@ func (m *metrics) write(w io.Writer, g gauges) {
 	for _, t := range sortedKeys(g.poolReady) {
 		fmt.Fprintf(&b, "sandboxd_pool_ready_instances{tool=%s} %d\n", label(t), g.poolReady[t])
 	}
-	head("sandboxd_pool_capacity_instances", "gauge", "Pre-warmed instances each pooled tool keeps.")
+	head("sandboxd_pool_target_instances", "gauge", "Pre-warmed instances each pooled tool aims to keep now (grows under load, shrinks when idle).")
 	for _, t := range sortedKeys(g.poolCap) {
-		fmt.Fprintf(&b, "sandboxd_pool_capacity_instances{tool=%s} %d\n", label(t), g.poolCap[t])
+		fmt.Fprintf(&b, "sandboxd_pool_target_instances{tool=%s} %d\n", label(t), g.poolCap[t])
 	}
 	_, _ = io.WriteString(w, b.String())
 }

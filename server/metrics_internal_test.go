@@ -17,7 +17,7 @@ func TestEgressAndPoolMetrics(t *testing.T) {
 		`sandboxd_egress_requests_total{tool="acme.fetch",decision="allowed"} 2`,
 		`sandboxd_egress_requests_total{tool="acme.fetch",decision="denied"} 1`,
 		`sandboxd_pool_ready_instances{tool="acme.echo"} 1`,
-		`sandboxd_pool_capacity_instances{tool="acme.echo"} 2`,
+		`sandboxd_pool_target_instances{tool="acme.echo"} 2`,
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("metrics lack %q:\n%s", want, b.String())

@@ -549,7 +549,7 @@ func TestMetricsFormat(t *testing.T) {
 		`# TYPE sandboxd_invocation_duration_seconds histogram`,
 		`sandboxd_guest_peak_memory_mb_count{tool="acme.echo"} 1`,
 		`sandboxd_queue_depth 0`, `sandboxd_ready 1`, `sandboxd_concurrency_limit 16`,
-		`sandboxd_pool_capacity_instances{tool="acme.echo"} 2`,
+		`sandboxd_pool_target_instances{tool="acme.echo"} `,
 		`# TYPE sandboxd_pool_ready_instances gauge`,
 		`# TYPE sandboxd_egress_requests_total counter`,
 	} {

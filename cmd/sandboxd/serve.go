@@ -49,7 +49,7 @@ func cmdServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		packID      = fs.String("pack-id", "", "packId for --tools (default sandboxd)")
 		packVersion = fs.String("pack-version", "", "packVersion for --tools (default 0.0.0)")
 		artifactVer = fs.String("artifact-version", "", "artifactVersion for --tools (default: a digest of the tools)")
-		poolSize    = fs.Int("pool-size", -1, "pre-warmed instances per context-isolated/strict tool (-1: the executor's default)")
+		poolSize    = fs.Int("pool-size", -1, "most pre-warmed instances per context-isolated/strict tool; pools grow toward it under load and shrink when idle, within a 512 MiB budget for all tools (-1: the executor's default, 8)")
 	)
 	var execOpts execFlags
 	execOpts.register(fs)
