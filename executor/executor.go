@@ -27,6 +27,7 @@ type Executor struct {
 	closed bool
 
 	pooledBytes atomic.Int64 // linear memory of idle pre-warmed instances (pool.go)
+	fuelCache   sync.Map     // fuelKey → fuelEntry (fuel.go)
 }
 
 // New validates cfg and opens the compilation cache.

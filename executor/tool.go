@@ -22,6 +22,7 @@ import (
 	"github.com/sandboxd/sandboxd/abi"
 	"github.com/sandboxd/sandboxd/artifact"
 	"github.com/sandboxd/sandboxd/egress"
+	"github.com/sandboxd/sandboxd/internal/fuel"
 	"github.com/sandboxd/sandboxd/internal/wasmbin"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/manifest"
@@ -44,6 +45,7 @@ type Tool struct {
 	compiled wazero.CompiledModule
 	style    Style
 	hasInit  bool
+	metered  bool // instrumented with fuel checks (fuel.go); else close-on-context-done
 
 	httpSpec *httpSpec // declarative HTTP tool (httptool.go); nil for Wasm tools
 
@@ -57,11 +59,25 @@ func (e *Executor) newTool(ctx context.Context, mt *manifest.Tool, mod *artifact
 		exec: e, m: mt, posture: mt.Posture(), limits: lim, memLimit: lim.memMB * limits.MiB,
 		needs: nd, digest: mod.Digest, source: mod.Source,
 	}
+	// wazero lets table.grow allocate host memory up to 2^32 elements; cap
+	// every table so tables alone stay within memMB. The cap is rounded down
+	// to a power of two so that tools sharing a module but not a memMB still
+	// share its compiled code in most cases (the rewritten bytes are the
+	// compilation cache key).
+	bin, err := wasmbin.LimitTables(mod.Bytes, tableCap(t.memLimit))
+	if err != nil {
+		return nil, toolerr.Wrap(toolerr.HandlerShapeInvalid, err, "cannot read the module's tables")
+	}
+	// Meter the module (fuel.go); a module the pass refuses falls back to
+	// close-on-context-done.
+	if metered, ferr := e.instrument(bin); ferr == nil {
+		bin, t.metered = metered, true
+	}
 	// Every tool gets its own runtime (its own store and host modules); the
 	// compilation cache — compiled code only — is shared.
 	rc := wazero.NewRuntimeConfig().
 		WithCompilationCache(e.cache).
-		WithCloseOnContextDone(true).
+		WithCloseOnContextDone(!t.metered).
 		WithCoreFeatures(api.CoreFeaturesV2)
 	t.runtime = wazero.NewRuntimeWithConfig(ctx, rc)
 	defer func() {
@@ -75,14 +91,10 @@ func (e *Executor) newTool(ctx context.Context, mt *manifest.Tool, mod *artifact
 	if err := t.instantiateHost(ctx, t.runtime); err != nil {
 		return nil, toolerr.Wrap(toolerr.Internal, err, "instantiate "+abi.ModuleName)
 	}
-	// wazero lets table.grow allocate host memory up to 2^32 elements; cap
-	// every table so tables alone stay within memMB. The cap is rounded down
-	// to a power of two so that tools sharing a module but not a memMB still
-	// share its compiled code in most cases (the rewritten bytes are the
-	// compilation cache key).
-	bin, err := wasmbin.LimitTables(mod.Bytes, tableCap(t.memLimit))
-	if err != nil {
-		return nil, toolerr.Wrap(toolerr.HandlerShapeInvalid, err, "cannot read the module's tables")
+	if t.metered {
+		if _, err := fuel.HostModule(ctx, t.runtime); err != nil {
+			return nil, toolerr.Wrap(toolerr.Internal, err, "instantiate the fuel host module")
+		}
 	}
 	t.compiled, err = t.runtime.CompileModule(ctx, bin)
 	if err != nil {
@@ -335,6 +347,7 @@ func (t *Tool) guard(ctx context.Context, fn func(ctx context.Context, cancel co
 type instance struct {
 	mod            api.Module
 	handle         api.Function
+	meter          *metering // nil for an unmetered module
 	acct           *limits.Account
 	sleep          *sleeper
 	stdout, stderr *switchWriter
@@ -384,10 +397,20 @@ func (t *Tool) newInstance(ctx context.Context, env map[string]string, stdout, s
 		in.sleep.ctx.Store(&gctx)
 		var err error
 		mod, err = t.runtime.InstantiateModule(experimental.WithMemoryAllocator(gctx, in.acct.Allocator()), t.compiled, mc)
-		if err != nil || !t.hasInit {
+		if err != nil {
 			return err
 		}
-		_, err = mod.ExportedFunction(abi.ExportInitialize).Call(gctx)
+		if t.metered {
+			if in.meter, err = newMetering(mod); err != nil {
+				return err
+			}
+		}
+		cctx, done := in.meter.begin(gctx)
+		defer done()
+		if err := runStart(cctx, mod); err != nil || !t.hasInit {
+			return err
+		}
+		_, err = mod.ExportedFunction(abi.ExportInitialize).Call(cctx)
 		return err
 	})
 	if err != nil {
@@ -423,7 +446,9 @@ func (t *Tool) runReactor(ctx context.Context, inv *invocation, env map[string]s
 	var rc uint32
 	cpu, err, cause := t.guard(ctx, func(gctx context.Context, _ context.CancelCauseFunc) error {
 		in.sleep.ctx.Store(&gctx)
-		res, err := in.handle.Call(context.WithValue(gctx, invocationKey{}, inv))
+		cctx, done := in.meter.begin(gctx)
+		defer done()
+		res, err := in.handle.Call(context.WithValue(cctx, invocationKey{}, inv))
 		if err == nil {
 			rc = api.DecodeU32(res[0])
 		}
@@ -511,15 +536,32 @@ func (t *Tool) runCommand(ctx context.Context, inv *invocation, env map[string]s
 	mc := t.moduleConfig(env, sl).
 		WithStdin(bytes.NewReader(inv.input)).
 		WithStdout(stdout).
-		WithStderr(stderr).
-		WithStartFunctions(abi.ExportStart)
+		WithStderr(stderr)
+	if !t.metered {
+		mc = mc.WithStartFunctions(abi.ExportStart)
+	}
 	cpu, err, cause := t.guard(ctx, func(gctx context.Context, cancel context.CancelCauseFunc) error {
 		sl.ctx.Store(&gctx)
 		stdout.onOverflow = func() { cancel(errOutputCap) }
-		mod, err := t.runtime.InstantiateModule(
-			experimental.WithMemoryAllocator(context.WithValue(gctx, invocationKey{}, inv), acct.Allocator()), t.compiled, mc)
+		ictx := experimental.WithMemoryAllocator(context.WithValue(gctx, invocationKey{}, inv), acct.Allocator())
+		mod, err := t.runtime.InstantiateModule(ictx, t.compiled, mc)
 		if mod != nil {
-			_ = mod.Close(gctx)
+			defer mod.Close(gctx)
+		}
+		if err != nil || !t.metered {
+			return err
+		}
+		meter, err := newMetering(mod)
+		if err != nil {
+			return err
+		}
+		cctx, done := meter.begin(ictx)
+		defer done()
+		if err = runStart(cctx, mod); err == nil {
+			_, err = mod.ExportedFunction(abi.ExportStart).Call(cctx)
+		}
+		if exitedOK(err) {
+			err = nil
 		}
 		return err
 	})
