@@ -32,6 +32,7 @@ type Config struct {
 	egress         egressConfig // config_egress.go
 	deterministic  bool         // deterministic.go
 	poolBudget     int64        // pool.go
+	fuelBudget     int64        // fuel.go
 	poolIdle       time.Duration
 	seed           uint64
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/sandboxd/sandboxd/internal/fuel"
+	"github.com/sandboxd/sandboxd/toolerr"
 )
 
 // Guests are interrupted through fuel metering (internal/fuel) rather than
@@ -45,7 +47,10 @@ func (e *Executor) instrument(bin []byte) ([]byte, error) {
 }
 
 // metering is one instance's fuel meter, or nil for an unmetered module.
-type metering struct{ m *fuel.Meter }
+type metering struct {
+	m     *fuel.Meter
+	start int64 // the budget the current call started with
+}
 
 func newMetering(mod api.Module) (*metering, error) {
 	m, err := fuel.NewMeter(mod)
@@ -55,16 +60,54 @@ func newMetering(mod api.Module) (*metering, error) {
 	return &metering{m: m}, nil
 }
 
-// begin prepares a call into the instance under ctx: unlimited fuel, an
-// interrupt when ctx ends. It returns the context to call with and a
-// function that must run when the call returns.
-func (mt *metering) begin(ctx context.Context) (context.Context, func()) {
+// begin prepares a call into the instance under ctx: budget units of fuel
+// (0: unlimited), an interrupt when ctx ends. It returns the context to call
+// with and a function that must run when the call returns.
+func (mt *metering) begin(ctx context.Context, budget int64) (context.Context, func()) {
 	if mt == nil {
 		return ctx, func() {}
 	}
-	mt.m.Set(fuel.Unlimited)
+	if budget <= 0 {
+		budget = fuel.Unlimited
+	}
+	mt.start = budget
+	mt.m.Set(budget)
 	stop := context.AfterFunc(ctx, mt.m.Interrupt)
 	return mt.m.Context(ctx), func() { stop() }
+}
+
+// used returns the fuel the last call consumed (0 for an unmetered module).
+func (mt *metering) used() int64 {
+	if mt == nil {
+		return 0
+	}
+	if r := mt.m.Remaining(); r < mt.start {
+		return mt.start - r
+	}
+	return 0
+}
+
+// ranOut reports whether the last call trapped because its fuel budget was
+// spent (not because it was interrupted).
+func (mt *metering) ranOut() bool {
+	return mt != nil && mt.m.Exhausted() && !mt.m.Interrupted()
+}
+
+// WithFuelBudget gives every call a deterministic budget of n fuel units
+// (about one per Wasm instruction; see internal/fuel): a call that spends it
+// fails with limits-exceeded, details.limit "fuel" — the same outcome on
+// every machine, unlike cpuMs. 0 (the default) means no fuel budget. Every
+// call reports the fuel it used in Usage.Fuel either way.
+func (c Config) WithFuelBudget(n int64) Config {
+	c.fuelBudget = max(n, 0)
+	return c
+}
+
+// fuelExceeded is the limits-exceeded error of a spent fuel budget.
+func (t *Tool) fuelExceeded(used int64) error {
+	b := t.exec.cfg.fuelBudget
+	return toolerr.Limits(&toolerr.LimitsError{Limit: toolerr.LimitFuel, Declared: b, Observed: used},
+		fmt.Sprintf("the guest spent its fuel budget of %d units", b))
 }
 
 // runStart calls the module's start function, which the pass turned into an

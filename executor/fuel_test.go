@@ -2,6 +2,7 @@ package executor_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -27,6 +28,47 @@ func TestFuelMetering(t *testing.T) {
 		wantCode(t, err, toolerr.DeadlineExceeded)
 		if d := time.Since(start); d > 3*time.Second {
 			t.Errorf("%s: deadline answered after %v", fx, d)
+		}
+	}
+}
+
+// Fuel is reported in usage, is the same on every run, and a fuel budget
+// stops a guest with limits-exceeded "fuel" — deterministically.
+func TestFuelBudgetDeterministic(t *testing.T) {
+	e := newExecutor(t)
+	for _, fx := range []string{"echo_reactor", "echo_command", "counter"} {
+		tool := load(t, e, fx, nil)
+		var first int64
+		for i := 0; i < 3; i++ {
+			res, err := invoke(t, tool, `{"message":"same"}`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Usage.Fuel <= 0 {
+				t.Fatalf("%s: no fuel in usage %+v", fx, res.Usage)
+			}
+			if i == 0 {
+				first = res.Usage.Fuel
+			} else if res.Usage.Fuel != first {
+				t.Fatalf("%s: fuel %d then %d", fx, first, res.Usage.Fuel)
+			}
+		}
+	}
+	limited := newExecutor(t, func(c executor.Config) executor.Config { return c.WithFuelBudget(1_000_000) })
+	for _, fx := range []string{"loop", "spin_command"} {
+		tool := load(t, limited, fx, withLimits(64, 60_000))
+		var observed []int64
+		for i := 0; i < 2; i++ {
+			_, err := invoke(t, tool, `{}`)
+			wantCode(t, err, toolerr.LimitsExceeded)
+			var le *toolerr.LimitsError
+			if !errors.As(err, &le) || le.Limit != toolerr.LimitFuel || le.Declared != 1_000_000 || le.Observed < 1_000_000 {
+				t.Fatalf("%s: %+v (%v)", fx, le, err)
+			}
+			observed = append(observed, le.Observed)
+		}
+		if observed[0] != observed[1] {
+			t.Fatalf("%s: fuel observed %v differs between runs", fx, observed)
 		}
 	}
 }

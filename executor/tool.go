@@ -189,6 +189,10 @@ type Usage struct {
 	CPUMs     float64 `json:"cpuMs"`
 	WallMs    float64 `json:"wallMs"`
 	PeakMemMB float64 `json:"peakMemMB"`
+	// Fuel is the work the guest did, in fuel units (about one per Wasm
+	// instruction, the same on every machine); omitted for a module the
+	// metering pass could not instrument and for declarative HTTP tools.
+	Fuel int64 `json:"fuel,omitempty"`
 }
 
 // Result is a call's output and usage.
@@ -260,7 +264,7 @@ func (t *Tool) invoke(ctx context.Context, req *Request) (*Result, error) {
 	} else {
 		out = t.runReactor(ctx, inv, env)
 	}
-	res := &Result{Usage: Usage{CPUMs: round3(float64(out.cpu) / float64(time.Millisecond)), PeakMemMB: round2(float64(out.peak) / limits.MiB)}}
+	res := &Result{Usage: Usage{CPUMs: round3(float64(out.cpu) / float64(time.Millisecond)), PeakMemMB: round2(float64(out.peak) / limits.MiB), Fuel: out.fuel}}
 	res.Egress = inv.egressAttempts() // egress.go
 	if out.err != nil {
 		return res, out.err
@@ -317,6 +321,7 @@ type runOutcome struct {
 	output []byte
 	cpu    time.Duration
 	peak   int64
+	fuel   int64
 	err    error
 }
 
@@ -405,7 +410,7 @@ func (t *Tool) newInstance(ctx context.Context, env map[string]string, stdout, s
 				return err
 			}
 		}
-		cctx, done := in.meter.begin(gctx)
+		cctx, done := in.meter.begin(gctx, 0) // instance set-up is not charged
 		defer done()
 		if err := runStart(cctx, mod); err != nil || !t.hasInit {
 			return err
@@ -446,7 +451,7 @@ func (t *Tool) runReactor(ctx context.Context, inv *invocation, env map[string]s
 	var rc uint32
 	cpu, err, cause := t.guard(ctx, func(gctx context.Context, _ context.CancelCauseFunc) error {
 		in.sleep.ctx.Store(&gctx)
-		cctx, done := in.meter.begin(gctx)
+		cctx, done := in.meter.begin(gctx, t.exec.cfg.fuelBudget)
 		defer done()
 		res, err := in.handle.Call(context.WithValue(cctx, invocationKey{}, inv))
 		if err == nil {
@@ -458,9 +463,11 @@ func (t *Tool) runReactor(ctx context.Context, inv *invocation, env map[string]s
 	in.stderr.Switch(nil)
 	stdout.Flush()
 	stderr.Flush()
-	out := &runOutcome{cpu: cpu, peak: in.acct.Peak()}
+	out := &runOutcome{cpu: cpu, peak: in.acct.Peak(), fuel: in.meter.used()}
 	reusable := false
 	switch {
+	case err != nil && in.meter.ranOut() && cause == nil:
+		out.err = t.fuelExceeded(out.fuel)
 	case err != nil:
 		out.err = t.classify(ctx, inv, err, cause, in.acct, cpu, stderr.Tail(), "handle")
 	case rc != 0:
@@ -540,6 +547,7 @@ func (t *Tool) runCommand(ctx context.Context, inv *invocation, env map[string]s
 	if !t.metered {
 		mc = mc.WithStartFunctions(abi.ExportStart)
 	}
+	var meter *metering
 	cpu, err, cause := t.guard(ctx, func(gctx context.Context, cancel context.CancelCauseFunc) error {
 		sl.ctx.Store(&gctx)
 		stdout.onOverflow = func() { cancel(errOutputCap) }
@@ -551,11 +559,10 @@ func (t *Tool) runCommand(ctx context.Context, inv *invocation, env map[string]s
 		if err != nil || !t.metered {
 			return err
 		}
-		meter, err := newMetering(mod)
-		if err != nil {
+		if meter, err = newMetering(mod); err != nil {
 			return err
 		}
-		cctx, done := meter.begin(ictx)
+		cctx, done := meter.begin(ictx, t.exec.cfg.fuelBudget)
 		defer done()
 		if err = runStart(cctx, mod); err == nil {
 			_, err = mod.ExportedFunction(abi.ExportStart).Call(cctx)
@@ -566,8 +573,12 @@ func (t *Tool) runCommand(ctx context.Context, inv *invocation, env map[string]s
 		return err
 	})
 	stderr.Flush()
-	out := &runOutcome{cpu: cpu, peak: acct.Peak()}
+	out := &runOutcome{cpu: cpu, peak: acct.Peak(), fuel: meter.used()}
 	if err != nil {
+		if meter.ranOut() && cause == nil {
+			out.err = t.fuelExceeded(out.fuel)
+			return out
+		}
 		out.err = t.classify(ctx, inv, err, cause, acct, cpu, stderr.Tail(), "_start")
 		return out
 	}

@@ -139,6 +139,9 @@ type Limit string
 const (
 	LimitMemMB Limit = "memMB"
 	LimitCPUMs Limit = "cpuMs"
+	// LimitFuel is a deterministic instruction budget (executor
+	// Config.WithFuelBudget), an addition to DESIGN.md's two limits.
+	LimitFuel Limit = "fuel"
 )
 
 // LimitsError is the data of a limits-exceeded failure. It is reachable from

@@ -17,6 +17,7 @@ type execFlags struct {
 	noCache  bool
 	memMB    int64
 	cpuMs    int64
+	fuel     int64
 	refused  stringList
 }
 
@@ -25,6 +26,7 @@ func (f *execFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.noCache, "no-cache", false, "keep compiled code in memory only")
 	fs.Int64Var(&f.memMB, "default-mem-mb", executor.DefaultMemMB, "memMB for tools that declare no limits")
 	fs.Int64Var(&f.cpuMs, "default-cpu-ms", executor.DefaultCPUMs, "cpuMs for tools that declare no limits")
+	fs.Int64Var(&f.fuel, "fuel-budget", 0, "deterministic work budget per call in fuel units (about one per Wasm instruction); a call that spends it fails with limits-exceeded, limit fuel (0: none)")
 	fs.Var(&f.refused, "refuse-posture", "refuse tools with this sandbox posture (repeatable: none, context-isolated, strict)")
 }
 
@@ -32,6 +34,9 @@ func (f *execFlags) register(fs *flag.FlagSet) {
 func (f *execFlags) apply(cfg executor.Config) (executor.Config, error) {
 	if f.memMB <= 0 || f.cpuMs <= 0 {
 		return cfg, errors.New("--default-mem-mb and --default-cpu-ms must be positive")
+	}
+	if f.fuel < 0 {
+		return cfg, errors.New("--fuel-budget must not be negative")
 	}
 	var postures []manifest.Posture
 	for _, r := range f.refused {
@@ -44,7 +49,7 @@ func (f *execFlags) apply(cfg executor.Config) (executor.Config, error) {
 			}
 		}
 	}
-	cfg = cfg.WithDefaultLimits(f.memMB, f.cpuMs).WithRefusedPostures(postures...)
+	cfg = cfg.WithDefaultLimits(f.memMB, f.cpuMs).WithRefusedPostures(postures...).WithFuelBudget(f.fuel)
 	if f.noCache {
 		cfg = cfg.WithCacheDir("")
 	} else if f.cacheDir != "" {
