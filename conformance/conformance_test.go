@@ -351,3 +351,24 @@ func TestJSONReportShape(t *testing.T) {
 		t.Errorf("JSON report %s", b.String())
 	}
 }
+
+// TestFuelBudget: with --fuel-budget, a case that needs more work than the
+// budget fails with limits-exceeded naming the fuel budget, on every run.
+func TestFuelBudget(t *testing.T) {
+	rep := run(t, samplePack, Options{Deterministic: true, FuelBudget: 1000})
+	failed := 0
+	for _, c := range rep.Checks {
+		if c.Status == StatusFail {
+			failed++
+			if c.Code != "limits-exceeded" || !strings.Contains(c.Reason, "fuel budget of 1000") {
+				t.Errorf("failure %+v", c)
+			}
+		}
+	}
+	if failed == 0 {
+		t.Fatal("no case ran out of a 1000-unit fuel budget")
+	}
+	if rep := run(t, samplePack, Options{Deterministic: true, FuelBudget: 1 << 40}); rep.Failed() {
+		t.Errorf("a generous fuel budget failed the sample pack")
+	}
+}

@@ -54,6 +54,9 @@ type Options struct {
 	// DefaultMemMB and DefaultCPUMs are the limits of tools that declare
 	// none (0: executor.DefaultMemMB, executor.DefaultCPUMs).
 	DefaultMemMB, DefaultCPUMs int64
+	// FuelBudget gives every call a deterministic work budget in fuel units
+	// (executor.Config.WithFuelBudget); 0 means none.
+	FuelBudget int64
 }
 
 // OCI is what Run needs from an OCI client; *artifact.OCI implements it.
@@ -169,6 +172,9 @@ func Run(ctx context.Context, source string, opts Options) (*Report, error) {
 	}
 	if opts.OCI != nil {
 		cfg = cfg.WithResolver(opts.OCI)
+	}
+	if opts.FuelBudget > 0 {
+		cfg = cfg.WithFuelBudget(opts.FuelBudget)
 	}
 	if opts.Deterministic {
 		r.exec, err = executor.NewDeterministic(ctx, cfg, opts.Seed)
