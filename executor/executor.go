@@ -28,6 +28,7 @@ type Executor struct {
 
 	pooledBytes atomic.Int64 // linear memory of idle pre-warmed instances (pool.go)
 	fuelCache   sync.Map     // fuelKey → fuelEntry (fuel.go)
+	fuelDir     string       // persistent cache of metered modules; "" for none
 }
 
 // New validates cfg and opens the compilation cache.
@@ -47,6 +48,7 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 		dir = d
 	}
 	var cache wazero.CompilationCache
+	fuelDir := ""
 	if dir == "" {
 		cache = wazero.NewCompilationCache()
 	} else {
@@ -58,8 +60,9 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 			return nil, fmt.Errorf("executor: compilation cache %s: %w", dir, err)
 		}
 		cache = c
+		fuelDir = filepath.Join(dir, "fuel")
 	}
-	return &Executor{cfg: cfg, cache: cache, tools: map[*Tool]struct{}{}}, nil
+	return &Executor{cfg: cfg, cache: cache, tools: map[*Tool]struct{}{}, fuelDir: fuelDir}, nil
 }
 
 // ensurePrivateDir creates dir (and missing parents) mode 0700 and refuses a

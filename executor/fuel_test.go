@@ -3,6 +3,9 @@ package executor_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,5 +73,24 @@ func TestFuelBudgetDeterministic(t *testing.T) {
 		if observed[0] != observed[1] {
 			t.Fatalf("%s: fuel observed %v differs between runs", fx, observed)
 		}
+	}
+}
+
+// The metered module is cached on disk beside the compilation cache, so a
+// new process does not rerun the pass.
+func TestFuelDiskCache(t *testing.T) {
+	dir := t.TempDir()
+	cfg := func(c executor.Config) executor.Config { return c.WithCacheDir(dir) }
+	load(t, newExecutor(t, cfg), "echo_reactor", nil)
+	entries, err := os.ReadDir(filepath.Join(dir, "fuel"))
+	if err != nil || len(entries) != 1 || !strings.HasPrefix(entries[0].Name(), "v") {
+		t.Fatalf("fuel cache: %v %v", entries, err)
+	}
+	tool := load(t, newExecutor(t, cfg), "echo_reactor", nil)
+	if !tool.Metered() {
+		t.Fatal("a tool loaded from the fuel cache is not metered")
+	}
+	if res, err := invoke(t, tool, `{"a":1}`); err != nil || string(res.Output) != `{"a":1}` || res.Usage.Fuel == 0 {
+		t.Fatalf("%v %+v", err, res)
 	}
 }
