@@ -649,7 +649,7 @@ func (o *OCI) scanLayer(ctx context.Context, src source, l descriptor, gz bool, 
 		switch {
 		case name == want:
 			switch h.Typeflag {
-			case tar.TypeReg, tar.TypeRegA: //nolint:staticcheck // old archives
+			case tar.TypeReg: // archive/tar reports old TypeRegA entries as TypeReg
 				if h.Size > o.cfg.maxBlob {
 					return scanResult{}, toolerr.New(toolerr.ArtifactRefused, "%q in layer %s is %d bytes, over the %d-byte cap", want, l.Digest, h.Size, o.cfg.maxBlob)
 				}

@@ -313,8 +313,7 @@ func TestRedirects(t *testing.T) {
 	}))
 	defer final.Close()
 	_, fport := hostPort(t, final)
-	var hopSrv *httptest.Server
-	hopSrv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	hopSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		seenAuth[r.URL.Path] = r.Header.Get("Authorization") + "|" + r.Header.Get("X-Key")
 		mu.Unlock()
