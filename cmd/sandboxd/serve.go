@@ -147,7 +147,7 @@ func cmdServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	// machine-readable (guest stderr itself is forwarded line by line).
 	levels := [...]string{"debug", "info", "warn", "error"}
 	cfg = cfg.WithLogSink(func(r executor.LogRecord) {
-		plog.Info("guest-log", "tool", r.ToolID, "level", levels[min(max(r.Level, 0), 3)], "message", r.Msg)
+		plog.Info("guest-log", "tool", r.ToolID, "guestLevel", levels[min(max(r.Level, 0), 3)], "message", r.Msg)
 	})
 	if rec != nil {
 		cfg = cfg.WithCallObserver(rec.Observe)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -165,7 +166,14 @@ func TestServeBinarySignals(t *testing.T) {
 	}
 	defer cmd.Process.Kill()
 	var mu sync.Mutex
-	var lines []string
+	var lines, dups []string
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, d := range dups {
+			t.Error(d)
+		}
+	})
 	seen := make(chan map[string]any, 64)
 	go func() {
 		sc := bufio.NewScanner(stderrPipe)
@@ -173,6 +181,11 @@ func TestServeBinarySignals(t *testing.T) {
 			mu.Lock()
 			lines = append(lines, sc.Text())
 			mu.Unlock()
+			if dup := duplicateKey(sc.Bytes()); dup != "" {
+				mu.Lock()
+				dups = append(dups, fmt.Sprintf("event line repeats key %q: %s", dup, sc.Text()))
+				mu.Unlock()
+			}
 			var m map[string]any
 			if json.Unmarshal(sc.Bytes(), &m) == nil {
 				if k, _ := m["kind"].(string); k != "call" && k != "guest-log" {
@@ -298,4 +311,30 @@ func TestServeBinarySignals(t *testing.T) {
 	if !strings.Contains(string(evb), `"status":"completed"`) || !strings.Contains(string(evb), `"status":"failed"`) {
 		t.Errorf("events file: %s", evb)
 	}
+}
+
+// duplicateKey returns a top-level key that a JSON object line repeats
+// (strict consumers reject such lines; JSON.parse silently keeps the last).
+func duplicateKey(line []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return ""
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		k, _ := tok.(string)
+		if seen[k] {
+			return k
+		}
+		seen[k] = true
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return ""
+		}
+	}
+	return ""
 }
