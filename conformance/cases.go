@@ -44,19 +44,8 @@ type Case struct {
 	Expect Expect `json:"expect"`
 }
 
-// CaseContext is a case's call context (the fields of executor.CallContext).
-type CaseContext struct {
-	TenantID       string                     `json:"tenantId,omitempty"`
-	RunID          string                     `json:"runId,omitempty"`
-	RequestID      string                     `json:"requestId,omitempty"`
-	ProjectID      string                     `json:"projectId,omitempty"`
-	OrgID          string                     `json:"orgId,omitempty"`
-	IdempotencyKey string                     `json:"idempotencyKey,omitempty"`
-	Settings       json.RawMessage            `json:"settings,omitempty"`
-	Env            map[string]string          `json:"env,omitempty"`
-	Config         map[string]json.RawMessage `json:"config,omitempty"`
-	Secrets        map[string]string          `json:"secrets,omitempty"`
-}
+// CaseContext is a case's call context: the pack protocol's ctx object.
+type CaseContext = executor.CallContext
 
 // Expect is a case's expectation: exactly one of Output (the output must
 // equal it as JSON: same structure, numbers compared by value, key order
@@ -163,18 +152,11 @@ func knownCode(c string) bool {
 }
 
 func (c *Case) callContext() executor.CallContext {
-	cc := executor.CallContext{TenantID: "conformance", RunID: "conformance-" + c.Name}
-	if x := c.Context; x != nil {
-		if x.TenantID != "" {
-			cc.TenantID = x.TenantID
-		}
-		if x.RunID != "" {
-			cc.RunID = x.RunID
-		}
-		cc.RequestID, cc.ProjectID, cc.OrgID, cc.IdempotencyKey = x.RequestID, x.ProjectID, x.OrgID, x.IdempotencyKey
-		cc.Settings, cc.Env, cc.Config, cc.Secrets = x.Settings, x.Env, x.Config, x.Secrets
+	var cc executor.CallContext
+	if c.Context != nil {
+		cc = *c.Context
 	}
-	return cc
+	return cc.WithDefaults("conformance", "conformance-"+c.Name)
 }
 
 // sameJSON reports whether a and b are the same JSON value (objects

@@ -156,19 +156,32 @@ func (t *Tool) Close(ctx context.Context) error {
 	return t.runtime.Close(ctx)
 }
 
-// CallContext is the caller's context for one call (pack protocol `ctx`).
+// CallContext is the caller's context for one call (pack protocol `ctx`;
+// the JSON tags are its field names).
 // Only values the manifest declares in needsSpec reach the guest.
 type CallContext struct {
-	TenantID       string
-	RunID          string
-	RequestID      string
-	ProjectID      string
-	OrgID          string
-	IdempotencyKey string
-	Settings       json.RawMessage
-	Env            map[string]string
-	Config         map[string]json.RawMessage
-	Secrets        map[string]string
+	TenantID       string                     `json:"tenantId,omitempty"`
+	RunID          string                     `json:"runId,omitempty"`
+	RequestID      string                     `json:"requestId,omitempty"`
+	ProjectID      string                     `json:"projectId,omitempty"`
+	OrgID          string                     `json:"orgId,omitempty"`
+	IdempotencyKey string                     `json:"idempotencyKey,omitempty"`
+	Settings       json.RawMessage            `json:"settings,omitempty"`
+	Env            map[string]string          `json:"env,omitempty"`
+	Config         map[string]json.RawMessage `json:"config,omitempty"`
+	Secrets        map[string]string          `json:"secrets,omitempty"`
+}
+
+// WithDefaults returns cc with tenantID and runID filled in where cc leaves
+// them empty (a local runner's or a test harness's stand-ins).
+func (cc CallContext) WithDefaults(tenantID, runID string) CallContext {
+	if cc.TenantID == "" {
+		cc.TenantID = tenantID
+	}
+	if cc.RunID == "" {
+		cc.RunID = runID
+	}
+	return cc
 }
 
 // Request is one invocation.

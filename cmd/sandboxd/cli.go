@@ -271,29 +271,11 @@ func readInput(path string, stdin io.Reader) ([]byte, error) {
 const maxInputBytes = 10 << 20
 
 func parseCallContext(b []byte, cc *executor.CallContext) error {
-	var doc struct {
-		TenantID       string                     `json:"tenantId"`
-		RunID          string                     `json:"runId"`
-		RequestID      string                     `json:"requestId"`
-		ProjectID      string                     `json:"projectId"`
-		OrgID          string                     `json:"orgId"`
-		IdempotencyKey string                     `json:"idempotencyKey"`
-		Settings       json.RawMessage            `json:"settings"`
-		Env            map[string]string          `json:"env"`
-		Config         map[string]json.RawMessage `json:"config"`
-		Secrets        map[string]string          `json:"secrets"`
-	}
+	var doc executor.CallContext
 	if err := json.Unmarshal(b, &doc); err != nil {
 		return err
 	}
-	if doc.TenantID != "" {
-		cc.TenantID = doc.TenantID
-	}
-	if doc.RunID != "" {
-		cc.RunID = doc.RunID
-	}
-	cc.RequestID, cc.ProjectID, cc.OrgID, cc.IdempotencyKey = doc.RequestID, doc.ProjectID, doc.OrgID, doc.IdempotencyKey
-	cc.Settings, cc.Env, cc.Config, cc.Secrets = doc.Settings, doc.Env, doc.Config, doc.Secrets
+	*cc = doc.WithDefaults(cc.TenantID, cc.RunID)
 	return nil
 }
 
