@@ -10,7 +10,7 @@ import (
 // Version identifies the pass. It changes whenever Instrument's output for
 // some input changes; a cache of instrumented modules keys on it together
 // with the input's digest.
-const Version = 2
+const Version = 3
 
 // Reserved export names the pass adds. A module that already exports either
 // name is refused.
@@ -56,6 +56,10 @@ type Stats struct {
 	// Refill is the function index of the added import; the module's own
 	// functions are numbered one higher than before.
 	Refill uint32
+	// Resettable reports that the module can be reset to its state after
+	// instantiation (see DirtyExport); NotResettable says why not.
+	Resettable    bool
+	NotResettable string
 }
 
 // Instrument returns the metered form of the module in, as described in the
@@ -81,6 +85,8 @@ func shapeErr(err error) error {
 
 func (m *Module) instrument() (*Stats, error) {
 	st := &Stats{}
+	plan := m.planReset()
+	st.Resettable, st.NotResettable = plan.reason == "", plan.reason
 	var nglobals uint64 = uint64(m.ImportedGlobals)
 	if s := m.section(secGlobal); s != nil {
 		nglobals += uint64(len(s.Globals))
@@ -112,8 +118,15 @@ func (m *Module) instrument() (*Stats, error) {
 	}
 
 	exports := m.ensureSection(secExport)
+	reserved := map[string]bool{GlobalExport: true, LimitExport: true, StartExport: true}
+	if st.Resettable {
+		reserved[DirtyExport] = true
+		for k := range plan.globals {
+			reserved[globalSnapshotName(k)] = true
+		}
+	}
 	for i, e := range exports.Exports {
-		if e.Name == GlobalExport || e.Name == LimitExport || e.Name == StartExport {
+		if reserved[e.Name] {
 			return nil, fmt.Errorf("%w: the module exports the reserved name %q", ErrUnsupported, e.Name)
 		}
 		if e.Kind == KindFunc {
@@ -144,6 +157,16 @@ func (m *Module) instrument() (*Stats, error) {
 	globals.Globals = append(globals.Globals,
 		Global{Type: 0x7e, Mutable: true, Init: append(init, 0x0b)},
 		Global{Type: 0x7e, Mutable: true, Init: []byte{0x42, 0x00, 0x0b}})
+	chk := &checker{fuel: fuel, limit: limit, refill: refill}
+	if st.Resettable {
+		dirty := limit + 1
+		globals.Globals = append(globals.Globals, Global{Type: 0x7f, Mutable: true, Init: []byte{0x41, 0x00, 0x0b}})
+		exports.Exports = append(exports.Exports, Export{Name: DirtyExport, Kind: KindGlobal, Index: dirty})
+		for k, g := range plan.globals {
+			exports.Exports = append(exports.Exports, Export{Name: globalSnapshotName(k), Kind: KindGlobal, Index: g})
+		}
+		chk.dirty, chk.stateful = dirty, plan.stateful
+	}
 
 	if s := m.section(secElement); s != nil {
 		raw, err := remapElements(s.Raw, remap)
@@ -152,7 +175,6 @@ func (m *Module) instrument() (*Stats, error) {
 		}
 		s.Raw = raw
 	}
-	chk := &checker{fuel: fuel, limit: limit, refill: refill}
 	if code := m.section(secCode); code != nil {
 		for i := range code.Funcs {
 			expr, n, err := transformExpr(code.Funcs[i].Expr, remap, chk)
@@ -360,8 +382,12 @@ func remapElements(raw []byte, remap func(uint32) uint32) ([]byte, error) {
 }
 
 // checker says where checks go; nil means an expression that gets none
-// (initialisers).
-type checker struct{ fuel, limit, refill uint32 }
+// (initialisers). stateful, when not empty, lists the imports before whose
+// direct calls the dirty global is set to 1.
+type checker struct {
+	fuel, limit, refill, dirty uint32
+	stateful                   map[uint32]bool
+}
 
 // transformExpr returns expr with function indices renumbered and, when chk
 // is not nil, checks inserted at its start and after every loop header,
@@ -427,6 +453,10 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker) ([]byte
 		f, err := ir.u32()
 		if err != nil {
 			return nil, 0, err
+		}
+		if chk != nil && expr[e.start] == 0x10 && chk.stateful[f] {
+			out = append(out, 0x41, 0x01, 0x24) // i32.const 1, global.set $dirty
+			out = appendULEB(out, uint64(chk.dirty))
 		}
 		out = append(out, expr[e.start])
 		out = appendULEB(out, uint64(remap(f)))

@@ -46,7 +46,14 @@ type Module struct {
 	// ImportedFuncs and ImportedGlobals count the imports of each kind: the
 	// module's own functions and globals are numbered after them.
 	ImportedFuncs, ImportedGlobals uint32
+	// FuncImports names the imported functions, in index order.
+	FuncImports []FuncImport
+	// OtherImports reports an import of a table, memory, global or tag.
+	OtherImports bool
 }
+
+// FuncImport is the module and field name of an imported function.
+type FuncImport struct{ Module, Name string }
 
 // Section is one section. ID is the section id; Name is a custom section's
 // name. Exactly one of the content fields is meaningful, by ID.
@@ -174,19 +181,25 @@ func decodeImports(r *reader, m *Module) error {
 		return err
 	}
 	for i := uint32(0); i < n; i++ {
-		if _, err := r.name(); err != nil {
+		mod, err := r.name()
+		if err != nil {
 			return err
 		}
-		if _, err := r.name(); err != nil {
+		name, err := r.name()
+		if err != nil {
 			return err
 		}
 		kind, err := r.byte()
 		if err != nil {
 			return err
 		}
+		if kind != KindFunc {
+			m.OtherImports = true
+		}
 		switch kind {
 		case KindFunc:
 			m.ImportedFuncs++
+			m.FuncImports = append(m.FuncImports, FuncImport{mod, name})
 			_, err = r.u32()
 		case KindTable:
 			if err = r.valtype(); err == nil {
