@@ -41,6 +41,8 @@ func BenchmarkInvoke(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			b.StopTimer()
+			b.ReportMetric(float64(tool.RecycledCalls())/float64(b.N+1), "recycled/op")
 		})
 	}
 }

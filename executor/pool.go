@@ -29,6 +29,8 @@ type pool struct {
 	done     chan struct{}
 	closed   sync.Once
 	target   atomic.Int32 // instances to keep ready now, 1..cap(ready)
+	out      atomic.Int32 // recyclable instances serving a call: they come back through retired
+	recycled atomic.Int64 // calls served by a recycled instance
 	lastTake atomic.Int64 // unix nanoseconds of the last take
 }
 
@@ -105,14 +107,16 @@ func (t *Tool) refill(p *pool) {
 		case <-p.stop:
 			return
 		case in := <-p.retired:
-			_ = in.mod.Close(context.Background())
-			continue
+			if !t.recycle(p, in, budget) {
+				continue
+			}
+			// recycling failed: an instance to replace
 		case <-tick.C:
 			t.shrinkIdle(p, idle)
 			continue
 		case <-p.need:
 		}
-		for len(p.ready) < int(p.target.Load()) {
+		for len(p.ready)+int(p.out.Load()) < int(p.target.Load()) {
 			if t.exec.pooledBytes.Load() >= budget {
 				break // over the shared budget: wait for a take
 			}
@@ -122,7 +126,7 @@ func (t *Tool) refill(p *pool) {
 			if err != nil {
 				break
 			}
-			size := in.acct.Linear()
+			size := in.heldBytes()
 			if t.exec.pooledBytes.Add(size) > budget {
 				t.exec.pooledBytes.Add(-size)
 				_ = in.mod.Close(context.Background())
@@ -152,7 +156,7 @@ func (t *Tool) shrinkIdle(p *pool, idle time.Duration) {
 	for len(p.ready) > int(p.target.Load()) {
 		select {
 		case in := <-p.ready:
-			t.exec.pooledBytes.Add(-in.acct.Linear())
+			t.exec.pooledBytes.Add(-in.heldBytes())
 			_ = in.mod.Close(context.Background())
 		default:
 			return
@@ -160,19 +164,84 @@ func (t *Tool) shrinkIdle(p *pool, idle time.Duration) {
 	}
 }
 
+// recycle handles an instance a call gave back: one that can be reset goes
+// back into the pool (recycle.go), any other is closed. It reports whether
+// the pool lost an instance it should replace.
+func (t *Tool) recycle(p *pool, in *instance, budget int64) (replace bool) {
+	if in.snap == nil {
+		_ = in.mod.Close(context.Background())
+		return false
+	}
+	p.out.Add(-1)
+	if in.reusable && len(p.ready) < cap(p.ready) && in.reset() {
+		size := in.heldBytes()
+		if t.exec.pooledBytes.Add(size) <= budget {
+			select {
+			case p.ready <- in:
+				return false
+			default:
+			}
+		}
+		t.exec.pooledBytes.Add(-size)
+	}
+	_ = in.mod.Close(context.Background())
+	return true
+}
+
+// inlineResetMax is the largest snapshot the caller resets itself after its
+// call (a copy of a few microseconds) even when the pool has instances
+// ready: waking the refill goroutine and waiting for it to run costs more
+// than such a copy. A larger instance is handed to the refill goroutine,
+// off the caller's path, unless the pool is empty: then the next call would
+// instantiate anew, which costs far more than the copy (a standard-Go guest:
+// milliseconds against a few hundred microseconds).
+const inlineResetMax = 256 << 10
+
+// recycleInline resets a recyclable instance on the caller's goroutine and
+// puts it back into the pool, when that is the cheaper way (see
+// inlineResetMax). It reports whether it did.
+func (t *Tool) recycleInline(in *instance) bool {
+	p := t.pool
+	if p == nil || in.snap == nil || !in.reusable || t.closed.Load() ||
+		(len(in.snap.mem) > inlineResetMax && len(p.ready) > 0) {
+		return false
+	}
+	budget, _ := t.exec.cfg.poolLimits()
+	if len(p.ready) >= cap(p.ready) || !in.reset() {
+		return false
+	}
+	size := in.heldBytes()
+	if t.exec.pooledBytes.Add(size) <= budget {
+		select {
+		case p.ready <- in:
+			p.out.Add(-1)
+			return true
+		default:
+		}
+	}
+	t.exec.pooledBytes.Add(-size)
+	return false
+}
+
 // retireQueue is how many used instances may wait for the refill goroutine
 // to close them; past it the caller closes its own.
 const retireQueue = 16
 
-// retire closes a used instance. A pooled tool hands it to its refill
-// goroutine, so closing it (unmapping its memory) is off the caller's path;
-// the instance is never used again either way.
+// retire gives back a used instance. A pooled tool hands it to its refill
+// goroutine, which recycles it (recycle.go) or closes it off the caller's
+// path (unmapping memory costs more than a small call); without a pool it is
+// closed here.
 func (t *Tool) retire(in *instance) {
-	if p := t.pool; p != nil && !t.closed.Load() {
-		select {
-		case p.retired <- in:
-			return
-		default:
+	if p := t.pool; p != nil {
+		if !t.closed.Load() {
+			select {
+			case p.retired <- in:
+				return
+			default:
+			}
+		}
+		if in.snap != nil {
+			p.out.Add(-1)
 		}
 	}
 	_ = in.mod.Close(context.Background())
@@ -186,7 +255,10 @@ func (t *Tool) takeInstance() *instance {
 		var in *instance
 		select {
 		case in = <-p.ready:
-			t.exec.pooledBytes.Add(-in.acct.Linear())
+			t.exec.pooledBytes.Add(-in.heldBytes())
+			if in.recycled > 0 {
+				p.recycled.Add(1)
+			}
 		default:
 			// A miss: the pool was too small for this load.
 			if tg := p.target.Load(); int(tg) < cap(p.ready) {
@@ -222,7 +294,7 @@ func (t *Tool) stopPool(ctx context.Context) {
 	for {
 		select {
 		case in := <-p.ready:
-			t.exec.pooledBytes.Add(-in.acct.Linear())
+			t.exec.pooledBytes.Add(-in.heldBytes())
 			_ = in.mod.Close(ctx)
 		case in := <-p.retired:
 			_ = in.mod.Close(ctx)

@@ -366,6 +366,9 @@ type instance struct {
 	mod            api.Module
 	handle         api.Function
 	meter          *metering // nil for an unmetered module
+	snap           *snapshot // state after initialisation, for recycling (recycle.go); nil if not recyclable
+	recycled       int       // how many times reset put it back
+	reusable       bool      // its last call ended cleanly
 	acct           *limits.Account
 	sleep          *sleeper
 	stdout, stderr *switchWriter
@@ -439,6 +442,9 @@ func (t *Tool) newInstance(ctx context.Context, env map[string]string, stdout, s
 		return nil, t.classify(ctx, nil, err, cause, in.acct, cpu, stderr.Tail(), "_initialize")
 	}
 	in.mod, in.handle = mod, mod.ExportedFunction(abi.ExportHandle)
+	if len(env) == 0 && t.recyclable() {
+		in.snap = save(mod)
+	}
 	return in, nil
 }
 
@@ -452,12 +458,16 @@ func (t *Tool) runReactor(ctx context.Context, inv *invocation, env map[string]s
 			return &runOutcome{err: err}
 		}
 	}
+	if in.snap != nil && t.pool != nil {
+		t.pool.out.Add(1) // back through retire
+	}
+	in.reusable = false
 	in.stdout.Switch(stdout)
 	in.stderr.Switch(stderr)
 	in.acct.Reset()
 	inv.acct = in.acct
 	if !in.acct.Reserve(int64(len(inv.input))) {
-		_ = in.mod.Close(ctx)
+		t.retire(in)
 		return &runOutcome{err: toolerr.Limits(&toolerr.LimitsError{Limit: toolerr.LimitMemMB, Declared: t.limits.memMB, Observed: ceilMB(in.acct.Refused())},
 			fmt.Sprintf("the input (%d bytes) does not fit in memMB %d beside the guest's memory", len(inv.input), t.limits.memMB))}
 	}
@@ -494,6 +504,10 @@ func (t *Tool) runReactor(ctx context.Context, inv *invocation, env map[string]s
 		}
 		inv.mu.Unlock()
 		reusable = true
+	}
+	in.reusable = reusable
+	if t.recycleInline(in) {
+		return out
 	}
 	if reusable && t.idle != nil && !t.closed.Load() {
 		select {

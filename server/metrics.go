@@ -112,7 +112,8 @@ type gauges struct {
 	ready, draining                      bool
 	tools                                int
 	toolInflight                         map[string]int
-	poolReady, poolCap                   map[string]int // pooled tools only
+	poolReady, poolCap                   map[string]int   // pooled tools only
+	poolRecycled                         map[string]int64 // pooled tools only
 }
 
 func (m *metrics) write(w io.Writer, g gauges) {
@@ -175,13 +176,17 @@ func (m *metrics) write(w io.Writer, g gauges) {
 	for _, t := range sortedKeys(g.toolInflight) {
 		fmt.Fprintf(&b, "sandboxd_tool_inflight_calls{tool=%s} %d\n", label(t), g.toolInflight[t])
 	}
-	head("sandboxd_pool_ready_instances", "gauge", "Pre-warmed, never-used instances ready per pooled tool.")
+	head("sandboxd_pool_ready_instances", "gauge", "Pre-warmed instances ready per pooled tool: never used, or reset to their state after initialisation (recycled).")
 	for _, t := range sortedKeys(g.poolReady) {
 		fmt.Fprintf(&b, "sandboxd_pool_ready_instances{tool=%s} %d\n", label(t), g.poolReady[t])
 	}
 	head("sandboxd_pool_target_instances", "gauge", "Pre-warmed instances each pooled tool aims to keep now (grows under load, shrinks when idle).")
 	for _, t := range sortedKeys(g.poolCap) {
 		fmt.Fprintf(&b, "sandboxd_pool_target_instances{tool=%s} %d\n", label(t), g.poolCap[t])
+	}
+	head("sandboxd_pool_recycled_calls_total", "counter", "Calls served by a recycled instance (context-isolated tools whose module can be reset).")
+	for _, t := range sortedKeys(g.poolRecycled) {
+		fmt.Fprintf(&b, "sandboxd_pool_recycled_calls_total{tool=%s} %d\n", label(t), g.poolRecycled[t])
 	}
 	_, _ = io.WriteString(w, b.String())
 }

@@ -49,6 +49,7 @@ func cmdServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		packID      = fs.String("pack-id", "", "packId for --tools (default sandboxd)")
 		packVersion = fs.String("pack-version", "", "packVersion for --tools (default 0.0.0)")
 		artifactVer = fs.String("artifact-version", "", "artifactVersion for --tools (default: a digest of the tools)")
+		recycle     = fs.Bool("recycle", true, "reset used context-isolated instances to their post-initialisation state and reuse them, instead of instantiating for every call (strict tools never recycle)")
 		poolSize    = fs.Int("pool-size", -1, "most pre-warmed instances per context-isolated/strict tool; pools grow toward it under load and shrink when idle, within a 512 MiB budget for all tools (-1: the executor's default, 8)")
 	)
 	var execOpts execFlags
@@ -152,6 +153,7 @@ func cmdServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	if rec != nil {
 		cfg = cfg.WithCallObserver(rec.Observe)
 	}
+	cfg = cfg.WithRecycling(*recycle)
 	if *poolSize >= 0 {
 		cfg = cfg.WithPoolSize(*poolSize)
 	}

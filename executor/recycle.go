@@ -1,0 +1,145 @@
+package executor
+
+import (
+	"strconv"
+
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/sandboxd/sandboxd/internal/fuel"
+	"github.com/sandboxd/sandboxd/manifest"
+)
+
+// Recycling: a context-isolated call gets an instance in exactly the state
+// instantiation left it in, without paying for instantiation.
+//
+// Instantiating a module costs tens of microseconds for a small WAT guest
+// and milliseconds for a standard-Go one (its runtime initialises in
+// _initialize); unmapping the memory of a used instance costs more than the
+// call itself. The pool hides some of it, but a busy tool drains its pool
+// faster than a background goroutine can refill it. So, for a module the
+// fuel pass found resettable (internal/fuel: it imports nothing but
+// functions, changes no table or segment, and every state-changing WASI call
+// sets a dirty flag), each instance saves its state right after
+// instantiation and _initialize — a copy of its linear memory and the values
+// of its mutable globals — and, after a call that ended cleanly, the refill
+// goroutine writes that state back and returns the instance to the pool:
+//
+//   - linear memory: the saved bytes are copied over the whole memory; an
+//     instance whose memory grew during the call is closed instead (Wasm
+//     memory cannot shrink);
+//   - mutable globals: written back through the exports the pass added;
+//   - tables and segments: unchanged by construction;
+//   - host state: sandboxd_v1 keeps none per instance (it belongs to the
+//     call); a WASI call that changes any (fd_close, fd_fdstat_set_flags, …)
+//     set the dirty flag, and a dirty instance is closed;
+//   - an instance that trapped, was interrupted, hit a limit, exited or was
+//     closed is never reset.
+//
+// What the guest can observe is therefore the state a fresh instantiation
+// produced, except for one thing: values the guest drew during _initialize
+// (random_get, the clocks) are those of this instance's own instantiation,
+// so calls served by the same instance see the same ones. Posture strict
+// never recycles (every call instantiates anew, or takes a never-used pooled
+// instance), nor does a deterministic executor (its clocks and random stream
+// live outside the guest), nor an executor configured WithRecycling(false).
+
+// WithRecycling turns instance recycling for context-isolated tools on (the
+// default) or off. Off, every context-isolated call uses a never-used
+// instance, as strict calls do.
+func (c Config) WithRecycling(on bool) Config {
+	c.noRecycle = !on
+	return c
+}
+
+// snapshot is an instance's state right after initialisation.
+type snapshot struct {
+	mem     []byte // linear memory; nil without one
+	globals []api.MutableGlobal
+	values  []uint64
+	dirty   api.MutableGlobal
+}
+
+// recyclable reports whether t's instances may be reset and reused.
+func (t *Tool) recyclable() bool {
+	return t.metered && t.poolable() && t.posture == manifest.PostureContextIsolated &&
+		!t.exec.cfg.deterministic && !t.exec.cfg.noRecycle
+}
+
+// save records mod's state for recycling, or returns nil when the pass did
+// not make the module resettable.
+func save(mod api.Module) *snapshot {
+	dirty, ok := mod.ExportedGlobal(fuel.DirtyExport).(api.MutableGlobal)
+	if !ok {
+		return nil
+	}
+	// What _initialize changed in the host is part of the state a reset
+	// reproduces (the host keeps it); only later changes make the instance
+	// dirty.
+	dirty.Set(0)
+	s := &snapshot{dirty: dirty}
+	for k := 0; ; k++ {
+		g, ok := mod.ExportedGlobal(fuel.GlobalSnapshotExport + strconv.Itoa(k)).(api.MutableGlobal)
+		if !ok {
+			break
+		}
+		s.globals = append(s.globals, g)
+		s.values = append(s.values, g.Get())
+	}
+	if mem := mod.Memory(); mem != nil {
+		b, ok := mem.Read(0, mem.Size())
+		if !ok {
+			return nil
+		}
+		s.mem = append(make([]byte, 0, len(b)), b...)
+	}
+	return s
+}
+
+// size is the memory the snapshot holds.
+func (s *snapshot) size() int64 {
+	if s == nil {
+		return 0
+	}
+	return int64(len(s.mem))
+}
+
+// reset puts in back into its saved state. It returns false, leaving in for
+// the caller to close, when that is impossible: the instance is closed, a
+// state-changing host call made it dirty, or its memory grew.
+func (in *instance) reset() bool {
+	s := in.snap
+	if s == nil || in.mod.IsClosed() || s.dirty.Get() != 0 {
+		return false
+	}
+	if mem := in.mod.Memory(); mem != nil {
+		if uint64(mem.Size()) != uint64(len(s.mem)) {
+			return false
+		}
+		b, ok := mem.Read(0, mem.Size())
+		if !ok {
+			return false
+		}
+		copy(b, s.mem)
+	} else if s.mem != nil {
+		return false
+	}
+	for i, g := range s.globals {
+		g.Set(s.values[i])
+	}
+	in.acct.Reset()
+	in.recycled++
+	return true
+}
+
+// heldBytes is what an idle pooled instance holds against the pool budget:
+// its linear memory and its snapshot.
+func (in *instance) heldBytes() int64 { return in.acct.Linear() + in.snap.size() }
+
+// RecycledCalls returns how many calls of t were served by a recycled
+// instance (0 for a tool that does not recycle).
+func (t *Tool) RecycledCalls() int64 {
+	if p := t.pool; p != nil {
+		return p.recycled.Load()
+	}
+	return 0
+}
