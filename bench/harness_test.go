@@ -107,11 +107,15 @@ func fsRef(path string) string {
 }
 
 // newExecutor is an executor in dev mode (filesystem refs) with its own
-// compile cache under dir.
-func newExecutor(tb testing.TB, dir string, pool int) *executor.Executor {
+// compile cache under dir and a pool of at most pool instances per tool;
+// opts change the configuration further (e.g. recycling off).
+func newExecutor(tb testing.TB, dir string, pool int, opts ...func(executor.Config) executor.Config) *executor.Executor {
 	tb.Helper()
-	e, err := executor.New(context.Background(), executor.NewConfig().
-		WithDevMode(true).WithCacheDir(dir).WithGuestOutput(nil, nil).WithPoolSize(pool))
+	cfg := executor.NewConfig().WithDevMode(true).WithCacheDir(dir).WithGuestOutput(nil, nil).WithPoolSize(pool)
+	for _, o := range opts {
+		cfg = o(cfg)
+	}
+	e, err := executor.New(context.Background(), cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -257,3 +261,7 @@ func interleaved(cases []func() error, warm, rounds, maxPerRound int, slice time
 	}
 	return out, nil
 }
+
+// noRecycle turns instance recycling off: a pooled context-isolated call
+// then takes a never-used instance.
+func noRecycle(c executor.Config) executor.Config { return c.WithRecycling(false) }

@@ -169,6 +169,8 @@ func perCall(t *testing.T, r *report) {
 	}
 	eUnpooled := newExecutor(t, cache, 0)
 	unpooled := loadTool(t, eUnpooled, toolManifest("bench.echo", fsRef(echoWasm), true, "context-isolated", 5000))
+	eNever := newExecutor(t, cache, 2, noRecycle)
+	neverUsed := loadTool(t, eNever, toolManifest("bench.echo", fsRef(echoWasm), true, "context-isolated", 5000))
 
 	r.p("## Per-call latency: echo")
 	r.p("")
@@ -176,6 +178,7 @@ func perCall(t *testing.T, r *report) {
 	r.p("Extism runs `bench/testdata/extism_echo.wat`, the same echo in Extism's ABI, moving bytes with 8-byte `input_load_u64`/`store_u64` host calls as its PDKs do;")
 	r.p("native is a Go function copying the bytes. **Validation on**: input and output schemas `{\"type\":\"object\",\"properties\":{\"data\":{\"type\":\"string\"}},\"required\":[\"data\"],\"additionalProperties\":false}`.")
 	r.p("**Validation off**: schemas `{}` (sandboxd always parses the JSON; nothing else is checked). Extism validates nothing.")
+	r.p("context-isolated rows: *recycled* is the default (a pooled instance reset to its post-`_initialize` state after each call, `executor/recycle.go`); *never-used pooled* turns recycling off (`--recycle=false`, and what `strict` does): each call takes an instance the pool instantiated for it; *unpooled* instantiates inside the call.")
 	r.p("")
 	type row struct {
 		size  string
@@ -184,15 +187,16 @@ func perCall(t *testing.T, r *report) {
 	}
 	var rows []row
 	order := []string{
-		"sandboxd context-isolated (pooled fresh instance), validation on",
+		"sandboxd context-isolated (recycled fresh instance), validation on",
 		"sandboxd context-isolated (unpooled: instantiate per call), validation on",
 		"sandboxd none (reused instance), validation on",
 		"native Go, validation on (sandboxd's validator)",
-		"sandboxd context-isolated (pooled fresh instance), validation off",
+		"sandboxd context-isolated (recycled fresh instance), validation off",
 		"sandboxd none (reused instance), validation off",
 		"native Go, validation off",
 		"Extism reused instance (no validation)",
 		"Extism fresh instance per call (no validation)",
+		"sandboxd context-isolated (never-used pooled instance, recycling off), validation on",
 	}
 	for _, size := range []int{0, 1 << 10, 64 << 10} {
 		in := payload(size)
@@ -238,6 +242,7 @@ func perCall(t *testing.T, r *report) {
 				_, err = extismCall(p, "run", in)
 				return err
 			},
+			order[9]: invoke(neverUsed),
 		}
 		rw := row{size: sizeName(size), cases: order, res: map[string]result{}}
 		list := make([]func() error, len(order))
@@ -269,6 +274,8 @@ func perCall(t *testing.T, r *report) {
 		r.p("|---|---:|")
 		r.p("| **sandboxd isolated+validated / Extism reused** (goal ≤ 0.33×) | **%s** |", ratio(rw.res[order[0]].p50, ex))
 		r.p("| sandboxd isolated+validated / Extism fresh instance | %s |", ratio(rw.res[order[0]].p50, exFresh))
+		r.p("| sandboxd isolated+validated, recycling off / Extism reused | %s |", ratio(rw.res[order[9]].p50, ex))
+		r.p("| recycled / never-used pooled instance (sandboxd isolated+validated) | %s |", ratio(rw.res[order[0]].p50, rw.res[order[9]].p50))
 		r.p("| sandboxd none+validated / Extism reused | %s |", ratio(rw.res[order[2]].p50, ex))
 		r.p("| sandboxd isolated, validation off / Extism reused | %s |", ratio(rw.res[order[4]].p50, ex))
 		r.p("| sandboxd isolated+validated / native+validated | %s |", ratio(rw.res[order[0]].p50, rw.res[order[3]].p50))
@@ -285,11 +292,12 @@ func perCall(t *testing.T, r *report) {
 
 // headline figures quoted at the end of the report.
 var headline struct {
-	isoVsExtism   string
-	iso, extism   time.Duration
-	interrupt     string
-	goFresh       time.Duration
-	goFreshPooled time.Duration
+	isoVsExtism     string
+	iso, extism     time.Duration
+	interrupt       string
+	goFresh         time.Duration
+	goFreshPooled   time.Duration
+	goFreshRecycled time.Duration
 }
 
 func sizeName(n int) string {
@@ -385,11 +393,11 @@ func instantiation(t *testing.T, r *report) {
 	r.p("## Instantiation")
 	r.p("")
 	r.p("A small WAT module (`echo_reactor.wasm`) and a standard-Go guest (`go_echo_reactor.wasm`, `GOOS=wasip1`, `-buildmode=c-shared`), 1 KiB validated echo.")
-	r.p("*pooled* takes a pre-instantiated never-used instance from sandboxd's pool; *unpooled* instantiates (and runs `_initialize`) inside the call; *reused* is posture none. Fresh-instance cost = that call − the reused call.")
-	r.p("All three are paced alike (a busy wait of 2 ms for WAT, 30 ms for Go, between calls, so the pool's background refill keeps up): paced calls meet colder caches and run slower than the back-to-back calls of the per-call tables, where a tight loop drains the pool and about half the calls instantiate inline.")
+	r.p("*recycled* (the default for context-isolated) takes a pooled instance that an earlier call used and that was reset to its post-`_initialize` state (memory copy + globals); *never-used* takes a pooled instance instantiated for it (recycling off, as `strict` does); *unpooled* instantiates (and runs `_initialize`) inside the call; *reused* is posture none (no isolation). Fresh-instance cost = that call − the reused call.")
+	r.p("All four are paced alike (a busy wait of 2 ms for WAT, 30 ms for Go, between calls, so the pool's background refill keeps up): paced calls meet colder caches and run slower than the back-to-back calls of the per-call tables.")
 	r.p("")
-	r.p("| guest | pooled p50 µs | pooled p99 µs | unpooled p50 µs | unpooled p99 µs | reused p50 µs | fresh instance, pooled | fresh instance, unpooled |")
-	r.p("|---|---:|---:|---:|---:|---:|---:|---:|")
+	r.p("| guest | recycled p50 µs | recycled p99 µs | never-used p50 µs | never-used p99 µs | unpooled p50 µs | unpooled p99 µs | reused p50 µs | fresh instance: recycled | never-used | unpooled |")
+	r.p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	in := payload(1 << 10)
 	for _, g := range []struct {
 		name, file string
@@ -400,7 +408,8 @@ func instantiation(t *testing.T, r *report) {
 		call := func(tool *executor.Tool) func() error {
 			return func() error { _, err := tool.Invoke(ctx, executor.Request{Input: in}); return err }
 		}
-		pooled := loadTool(t, newExecutor(t, cache, 2), toolManifest("bench.inst", fsRef(path), true, "context-isolated", 5000))
+		recycled := loadTool(t, newExecutor(t, cache, 2), toolManifest("bench.inst", fsRef(path), true, "context-isolated", 5000))
+		pooled := loadTool(t, newExecutor(t, cache, 2, noRecycle), toolManifest("bench.inst", fsRef(path), true, "context-isolated", 5000))
 		unpooled := loadTool(t, newExecutor(t, cache, 0), toolManifest("bench.inst", fsRef(path), true, "context-isolated", 5000))
 		reused := loadTool(t, newExecutor(t, cache, 0), toolManifest("bench.inst", fsRef(path), true, "none", 5000))
 		// Every case is paced alike: one call, then a busy wait long enough
@@ -422,11 +431,13 @@ func instantiation(t *testing.T, r *report) {
 			}
 			return result{p50: h.quantile(0.5), p99: h.quantile(0.99), n: h.n}
 		}
-		po, un, re := paced(pooled, g.n), paced(unpooled, g.n), paced(reused, g.n)
-		pp50 := po.p50
-		r.p("| %s | %s | %s | %s | %s | %s | %s µs | %s µs |", g.name, us(pp50), us(po.p99), us(un.p50), us(un.p99), us(re.p50), us(pp50-re.p50), us(un.p50-re.p50))
+		rc, po, un, re := paced(recycled, g.n), paced(pooled, g.n), paced(unpooled, g.n), paced(reused, g.n)
+		if recycled.RecycledCalls() == 0 {
+			t.Fatalf("%s: no call was served by a recycled instance", g.name)
+		}
+		r.p("| %s | %s | %s | %s | %s | %s | %s | %s | %s µs | %s µs | %s µs |", g.name, us(rc.p50), us(rc.p99), us(po.p50), us(po.p99), us(un.p50), us(un.p99), us(re.p50), us(rc.p50-re.p50), us(po.p50-re.p50), us(un.p50-re.p50))
 		if g.name == "Go echo" {
-			headline.goFresh, headline.goFreshPooled = un.p50-re.p50, pp50-re.p50
+			headline.goFresh, headline.goFreshPooled, headline.goFreshRecycled = un.p50-re.p50, po.p50-re.p50, rc.p50-re.p50
 		}
 	}
 	r.p("")
@@ -587,7 +598,7 @@ func memory(t *testing.T, r *report) {
 	cache := t.TempDir()
 	r.p("## Memory per idle pooled instance")
 	r.p("")
-	r.p("A context-isolated tool with a pool of N pre-warmed instances against the same tool with pooling off, in this process: Go heap in use (after GC) and RSS, divided by N. Linear memory is reserved address space that becomes resident only when touched, so a WAT instance that has not run yet costs almost no RSS.")
+	r.p("A context-isolated tool with a pool of N pre-warmed instances (N concurrent calls, four times, grow the pool; N is what it holds when measured) against the same tool with pooling off, in this process: Go heap in use (after GC) and RSS, divided by N. Linear memory is reserved address space that becomes resident only when touched, so a WAT instance that has not run yet costs almost no RSS. Each recyclable instance also keeps, on the Go heap, the copy of its memory it is reset from.")
 	r.p("")
 	r.p("| guest | N | heap per instance KiB | RSS per instance KiB |")
 	r.p("|---|---:|---:|---:|")
@@ -610,6 +621,22 @@ func memory(t *testing.T, r *report) {
 		h0, r0 := snap()
 		e1 := newExecutor(t, cache, g.n)
 		t1 := loadTool(t, e1, toolManifest("bench.mem", fsRef(path), true, "context-isolated", 5000))
+		// A pool starts small and grows by one instance per call that finds
+		// it empty: N concurrent calls, a few times, take it to N (the
+		// instances they used come back recycled).
+		for round := 0; round < 4; round++ {
+			var wg sync.WaitGroup
+			for i := 0; i < g.n; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if _, err := t1.Invoke(context.Background(), executor.Request{Input: payload(1 << 10)}); err != nil {
+						t.Error(err)
+					}
+				}()
+			}
+			wg.Wait()
+		}
 		// the pool fills in the background: wait until the heap stops growing
 		var h1, r1 int64
 		stable := 0
@@ -623,7 +650,11 @@ func memory(t *testing.T, r *report) {
 			}
 			h1, r1 = h, rs
 		}
-		r.p("| %s | %d | %s | %s |", g.file, g.n, kib(float64(h1-h0)/float64(g.n)), kib(float64(r1-r0)/float64(g.n)))
+		n, _ := t1.PoolStats()
+		if n == 0 {
+			t.Fatalf("%s: the pool is empty", g.file)
+		}
+		r.p("| %s | %d | %s | %s |", g.file, n, kib(float64(h1-h0)/float64(n)), kib(float64(r1-r0)/float64(n)))
 		_ = t0.Close(context.Background())
 		_ = t1.Close(context.Background())
 		_ = e0.Close(context.Background())
@@ -632,9 +663,9 @@ func memory(t *testing.T, r *report) {
 	r.p("")
 	r.p("## Headline")
 	r.p("")
-	r.p("- 1 KiB echo, sandboxd context-isolated (fresh pooled instance) with validation on vs Extism's reused instance without validation: %s µs vs %s µs = **%s** (goal ≤ 0.33×).", us(headline.iso), us(headline.extism), headline.isoVsExtism)
+	r.p("- 1 KiB echo, sandboxd context-isolated (recycled fresh instance) with validation on vs Extism's reused instance without validation: %s µs vs %s µs = **%s** (goal ≤ 0.33×).", us(headline.iso), us(headline.extism), headline.isoVsExtism)
 	r.p("- Interruption overhead (sandboxd with cpuMs enforced / wazero without any limit): **%s**.", headline.interrupt)
-	r.p("- Fresh-instance cost of the standard-Go guest: **%s µs** unpooled (instantiate + `_initialize` in the call), %s µs from the pool (call − reused call, paced).", us(headline.goFresh), us(headline.goFreshPooled))
+	r.p("- Fresh-instance cost of the standard-Go guest (call − reused call, paced): **%s µs** recycled (the default), %s µs never-used from the pool, %s µs unpooled (instantiate + `_initialize` in the call).", us(headline.goFreshRecycled), us(headline.goFreshPooled), us(headline.goFresh))
 }
 
 // kib formats a per-instance byte count; differences under 1 KiB (either

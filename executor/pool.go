@@ -203,7 +203,7 @@ const inlineResetMax = 256 << 10
 func (t *Tool) recycleInline(in *instance) bool {
 	p := t.pool
 	if p == nil || in.snap == nil || !in.reusable || t.closed.Load() ||
-		(len(in.snap.mem) > inlineResetMax && len(p.ready) > 0) {
+		(in.snap.memSize > inlineResetMax && len(p.ready) > 0) {
 		return false
 	}
 	budget, _ := t.exec.cfg.poolLimits()
@@ -265,9 +265,15 @@ func (t *Tool) takeInstance() *instance {
 				p.target.CompareAndSwap(tg, tg+1)
 			}
 		}
-		select {
-		case p.need <- struct{}{}:
-		default:
+		// Wake the refill goroutine unless a recyclable instance was taken
+		// from a pool that will be full again when it comes back: a wake-up
+		// costs the caller a futex call.
+		comesBack := in != nil && in.snap != nil && len(p.ready)+int(p.out.Load())+1 >= int(p.target.Load())
+		if !comesBack {
+			select {
+			case p.need <- struct{}{}:
+			default:
+			}
 		}
 		return in
 	}

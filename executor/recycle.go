@@ -53,7 +53,8 @@ func (c Config) WithRecycling(on bool) Config {
 
 // snapshot is an instance's state right after initialisation.
 type snapshot struct {
-	mem     []byte // linear memory; nil without one
+	memSize int   // bytes of linear memory; -1 without one
+	runs    []run // its chunks that are not all zero, in order
 	globals []api.MutableGlobal
 	values  []uint64
 	dirty   api.MutableGlobal
@@ -85,14 +86,70 @@ func save(mod api.Module) *snapshot {
 		s.globals = append(s.globals, g)
 		s.values = append(s.values, g.Get())
 	}
+	s.memSize = -1
 	if mem := mod.Memory(); mem != nil {
 		b, ok := mem.Read(0, mem.Size())
 		if !ok {
 			return nil
 		}
-		s.mem = append(make([]byte, 0, len(b)), b...)
+		s.memSize, s.runs = len(b), nonZeroRuns(b)
 	}
 	return s
+}
+
+// run is a stretch of saved memory at off.
+type run struct {
+	off  int
+	data []byte
+}
+
+// chunk is the granularity at which a snapshot skips zeros.
+const chunk = 4096
+
+// nonZeroRuns copies the chunks of b that hold a non-zero byte, merging
+// neighbours: a reset clears the rest, which is cheaper than copying zeros
+// (a WAT guest's memory is often all zero after initialisation; a Go
+// guest's is half zero).
+func nonZeroRuns(b []byte) []run {
+	var runs []run
+	for off := 0; off < len(b); off += chunk {
+		c := b[off:min(off+chunk, len(b))]
+		if allZero(c) {
+			continue
+		}
+		if n := len(runs); n > 0 && runs[n-1].off+len(runs[n-1].data) == off {
+			runs[n-1].data = append(runs[n-1].data, c...)
+			continue
+		}
+		runs = append(runs, run{off: off, data: append([]byte(nil), c...)})
+	}
+	return runs
+}
+
+func allZero(b []byte) bool {
+	for len(b) >= 8 {
+		if b[0]|b[1]|b[2]|b[3]|b[4]|b[5]|b[6]|b[7] != 0 {
+			return false
+		}
+		b = b[8:]
+	}
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// restore writes the saved memory over b (of the saved size): the runs are
+// copied, everything between them cleared.
+func (s *snapshot) restore(b []byte) {
+	at := 0
+	for _, r := range s.runs {
+		clear(b[at:r.off])
+		at = r.off + copy(b[r.off:], r.data)
+	}
+	clear(b[at:])
 }
 
 // size is the memory the snapshot holds.
@@ -100,7 +157,11 @@ func (s *snapshot) size() int64 {
 	if s == nil {
 		return 0
 	}
-	return int64(len(s.mem))
+	var n int64
+	for _, r := range s.runs {
+		n += int64(len(r.data))
+	}
+	return n
 }
 
 // reset puts in back into its saved state. It returns false, leaving in for
@@ -112,15 +173,15 @@ func (in *instance) reset() bool {
 		return false
 	}
 	if mem := in.mod.Memory(); mem != nil {
-		if uint64(mem.Size()) != uint64(len(s.mem)) {
+		if int64(mem.Size()) != int64(s.memSize) {
 			return false
 		}
 		b, ok := mem.Read(0, mem.Size())
 		if !ok {
 			return false
 		}
-		copy(b, s.mem)
-	} else if s.mem != nil {
+		s.restore(b)
+	} else if s.memSize != -1 {
 		return false
 	}
 	for i, g := range s.globals {
