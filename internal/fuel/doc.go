@@ -15,8 +15,34 @@
 //     changes): the counter $fuel, exported as GlobalExport, and its floor
 //     $limit, exported as LimitExport.
 //
-// At the start of every function body and of every loop body it inserts the
-// check
+// Each function keeps its count in a new i64 local $d: the fuel left above
+// the floor (fuel - limit). At the start of every function body it loads
+// $d from the globals, and at the start of every function body and of every
+// loop body it inserts the check
+//
+//	local.get $d; i64.const C; i64.sub; local.tee $d; i64.const 0; i64.lt_s
+//	if
+//	  local.get $d; global.get $limit; i64.add; global.set $fuel
+//	  call $refill
+//	  global.get $fuel; global.get $limit; i64.lt_s
+//	  if unreachable end
+//	  global.get $fuel; global.get $limit; i64.sub; local.set $d
+//	end
+//
+// Before every call and every way out of the function (return, a branch to
+// the function's label, its final end) it writes $fuel = $d + $limit, and
+// after every call it reloads $d, since the callee spent from the global.
+// A loop that calls nothing therefore keeps its count in a register: its
+// check is a subtraction, a comparison and a branch, with no store and
+// reload of a global per iteration (which cost up to 2x on tight loops in
+// pass versions before 4, which kept the count in the global). The global
+// is exact wherever the host reads it: in refill, after a call into the
+// guest returns, after a fuel trap. After a trap the guest raised itself
+// (out-of-bounds access, division by zero, its own unreachable) it misses
+// what the trapping function spent since its last write, so the fuel
+// reported for such a failed call can be lower than the work done; budgets
+// are unaffected (the call ends there). A function that contains a
+// try_table keeps the count in the global only, with the check
 //
 //	global.get $fuel; i64.const C; i64.sub; global.set $fuel
 //	global.get $fuel; global.get $limit; i64.lt_s
@@ -25,6 +51,17 @@
 //	  global.get $fuel; global.get $limit; i64.lt_s
 //	  if unreachable end
 //	end
+//
+// because a caught exception would reach its handler without the reload.
+//
+// The pass refuses a module whose code names a global or local index that
+// does not exist (an invalid module, which wazero would refuse anyway):
+// after the pass adds its own globals and local, such an index would name
+// the counter, the floor or the dirty flag and let the guest refill itself.
+//
+// The pass also prepares instance reset (reset.go): for a module it finds
+// resettable it exports every mutable global and a dirty flag that calls of
+// state-changing WASI imports set.
 //
 // C is the static cost of the code that belongs to that function or loop
 // level: the number of instructions in its body, not counting block, loop,
@@ -58,9 +95,7 @@
 // garbage collection's stop-the-world, and so every goroutine of the
 // process, wait for it. wazero's WithCloseOnContextDone avoids that by
 // leaving compiled code at every loop header, which is what makes it slow;
-// the pass leaves it once per Slice. Each check reads $limit afresh:
-// wazero's compiler loads a global at every global.get that does not follow
-// a global.set of it in the same straight-line code.
+// the pass leaves it once per Slice.
 //
 // Version changes whenever the output of Instrument for a given input can
 // change; callers key caches of instrumented modules on it.

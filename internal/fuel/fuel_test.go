@@ -235,6 +235,10 @@ func TestRefusesHostileModules(t *testing.T) {
 		"typed reference":    section(10, []byte{1, 5, 0, 0x02, 0x6b, 0x01, 0x0b, 0x0b}),
 		"reserved import":    section(2, append(appendName(appendName([]byte{1}, ImportModule), "x"), KindFunc, 0)),
 		"table initialiser":  section(4, []byte{1, 0x40, 0x00, 0x70, 0x00, 0x01, 0xd2, 0x00, 0x0b}),
+		// invalid modules whose out-of-range indices would name the pass's
+		// own globals and local after instrumentation
+		"writes the fuel global": readFile(t, "testdata/wat/hostile_global.wasm"),
+		"writes the fuel local":  readFile(t, "testdata/wat/hostile_local.wasm"),
 	}
 	for name, bin := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 // Version identifies the pass. It changes whenever Instrument's output for
 // some input changes; a cache of instrumented modules keys on it together
 // with the input's digest.
-const Version = 3
+const Version = 4
 
 // Reserved export names the pass adds. A module that already exports either
 // name is refused.
@@ -147,7 +147,7 @@ func (m *Module) instrument() (*Stats, error) {
 
 	globals := m.ensureSection(secGlobal)
 	for i := range globals.Globals {
-		init, _, err := transformExpr(globals.Globals[i].Init, remap, nil)
+		init, _, err := transformExpr(globals.Globals[i].Init, remap, nil, bounds{globals: fuel})
 		if err != nil {
 			return nil, err
 		}
@@ -157,7 +157,7 @@ func (m *Module) instrument() (*Stats, error) {
 	globals.Globals = append(globals.Globals,
 		Global{Type: 0x7e, Mutable: true, Init: append(init, 0x0b)},
 		Global{Type: 0x7e, Mutable: true, Init: []byte{0x42, 0x00, 0x0b}})
-	chk := &checker{fuel: fuel, limit: limit, refill: refill}
+	chk := &checker{fuel: fuel, limit: limit, refill: refill, local: -1}
 	if st.Resettable {
 		dirty := limit + 1
 		globals.Globals = append(globals.Globals, Global{Type: 0x7f, Mutable: true, Init: []byte{0x41, 0x00, 0x0b}})
@@ -169,21 +169,36 @@ func (m *Module) instrument() (*Stats, error) {
 	}
 
 	if s := m.section(secElement); s != nil {
-		raw, err := remapElements(s.Raw, remap)
+		raw, err := remapElements(s.Raw, remap, fuel)
 		if err != nil {
 			return nil, err
 		}
 		s.Raw = raw
 	}
+	params := m.paramCounts()
 	if code := m.section(secCode); code != nil {
+		if params == nil {
+			return nil, fmt.Errorf("%w: function types the pass cannot read", ErrUnsupported)
+		}
 		for i := range code.Funcs {
-			expr, n, err := transformExpr(code.Funcs[i].Expr, remap, chk)
+			// Keep the counter in a new local of the function when it has
+			// room for one more local.
+			fchk := *chk
+			fchk.local = -1
+			n := uint64(params[i]) + localsOf(&code.Funcs[i])
+			if n < maxLocals {
+				fchk.local = int64(n)
+			}
+			expr, n2, err := transformExpr(code.Funcs[i].Expr, remap, &fchk, bounds{globals: fuel, locals: n})
+			if err == nil && fchk.local >= 0 {
+				code.Funcs[i].Locals = append(code.Funcs[i].Locals, LocalGroup{Count: 1, Type: 0x7e})
+			}
 			if err != nil {
 				return nil, fmt.Errorf("function %d: %w", int(m.ImportedFuncs)+i, err)
 			}
 			code.Funcs[i].Expr = expr
 			st.Functions++
-			st.Checks += n
+			st.Checks += n2
 		}
 	}
 	for i := 0; i < len(m.Sections); i++ {
@@ -306,7 +321,9 @@ func skipImportDesc(r *reader) error {
 }
 
 // remapElements renumbers the function indices of an element section.
-func remapElements(raw []byte, remap func(uint32) uint32) ([]byte, error) {
+// Expressions may read only the module's own globals (fewer than
+// globals).
+func remapElements(raw []byte, remap func(uint32) uint32, globals uint32) ([]byte, error) {
 	r := &reader{b: raw}
 	n, err := r.count(1)
 	if err != nil {
@@ -318,7 +335,7 @@ func remapElements(raw []byte, remap func(uint32) uint32) ([]byte, error) {
 		if err := scanExpr(r, nil); err != nil {
 			return err
 		}
-		e, _, err := transformExpr(r.b[start:r.off], remap, nil)
+		e, _, err := transformExpr(r.b[start:r.off], remap, nil, bounds{globals: globals})
 		out = append(out, e...)
 		return err
 	}
@@ -381,18 +398,36 @@ func remapElements(raw []byte, remap func(uint32) uint32) ([]byte, error) {
 	return out, nil
 }
 
+// bounds are the indices an expression may use: globals below globals
+// (the module's own, imported and defined), locals below locals (parameters
+// and declared locals; 0 for constant expressions).
+type bounds struct {
+	globals uint32
+	locals  uint64
+}
+
 // checker says where checks go; nil means an expression that gets none
 // (initialisers). stateful, when not empty, lists the imports before whose
 // direct calls the dirty global is set to 1.
+//
+// local, when not negative, is the index of an i64 local that holds the
+// counter inside the function (transformExpr sets it to -1 for a function
+// it cannot use it in): see appendLocal.
 type checker struct {
 	fuel, limit, refill, dirty uint32
 	stateful                   map[uint32]bool
+	local                      int64
 }
 
 // transformExpr returns expr with function indices renumbered and, when chk
 // is not nil, checks inserted at its start and after every loop header,
 // and the number of checks.
-func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker) ([]byte, int, error) {
+//
+// It refuses (ErrMalformed) an expression that names a global or local
+// outside bnd: such a module is invalid, but after the pass adds its own
+// globals and local the index would be valid and name the fuel counter, the
+// floor or the dirty flag, letting the guest refill its own fuel.
+func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bounds) ([]byte, int, error) {
 	// Pass 1: the cost of each level (level 0 is the function, then one per
 	// loop in order of appearance) and the edits: checks after loop headers
 	// and function indices to rewrite, in order.
@@ -402,29 +437,74 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker) ([]byte
 	}
 	costs := []int64{0}
 	var edits []edit
+	tryTable := false
 	stack := []int{0} // the level of each open frame
 	r := &reader{b: expr}
+	// Edits of level -2 sync the global from the local before an
+	// instruction that leaves the function or calls out of it; level -1
+	// reloads the local after a call. They apply only to a function that
+	// keeps its counter in a local.
+	sync := func(at int) { edits = append(edits, edit{at, at, -2}) }
+	var bad error
 	err := scanExpr(r, func(k opKind, start, end int) {
 		cur := stack[len(stack)-1]
+		op := expr[start]
 		switch k {
 		case opOther:
 			costs[cur]++
+			switch op {
+			case 0x20, 0x21, 0x22, 0x23, 0x24: // local.get/set/tee, global.get/set
+				ir := &reader{b: expr[:end], off: start + 1}
+				idx, err := ir.u32()
+				if err == nil && op >= 0x23 && idx >= bnd.globals {
+					err = fmt.Errorf("%w: global %d does not exist", ErrMalformed, idx)
+				} else if err == nil && op < 0x23 && uint64(idx) >= bnd.locals {
+					err = fmt.Errorf("%w: local %d does not exist", ErrMalformed, idx)
+				}
+				if err != nil && bad == nil {
+					bad = err
+				}
+			case 0x11: // call_indirect
+				sync(start)
+				edits = append(edits, edit{end, end, -1})
+			case 0x13, 0x0f: // return_call_indirect, return
+				sync(start)
+			case 0x0c, 0x0d, 0x0e: // br, br_if, br_table
+				if branchesOut(expr[start+1:end], op, len(stack)-1) {
+					sync(start)
+				}
+			}
 		case opFunc:
 			costs[cur]++
+			if op != 0xd2 { // call, return_call
+				sync(start)
+			}
 			edits = append(edits, edit{start, end, 0})
+			if op == 0x10 {
+				edits = append(edits, edit{end, end, -1})
+			}
 		case opIf:
 			costs[cur]++
 			stack = append(stack, cur)
 		case opBlock:
 			stack = append(stack, cur)
+			if op == 0x1f {
+				tryTable = true
+			}
 		case opLoop:
 			stack = append(stack, len(costs))
 			edits = append(edits, edit{end, end, len(costs)})
 			costs = append(costs, 0)
 		case opEnd:
+			if len(stack) == 1 { // the function's own end: it returns
+				sync(start)
+			}
 			stack = stack[:len(stack)-1]
 		}
 	})
+	if err == nil {
+		err = bad
+	}
 	if err != nil {
 		return nil, 0, err
 	}
@@ -432,9 +512,18 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker) ([]byte
 		return nil, 0, r.fail("trailing bytes after an expression")
 	}
 	// Pass 2: copy with the edits applied.
+	if chk != nil && tryTable {
+		// A caught exception reaches its handler without passing the
+		// reload after the call that threw: keep the counter in the
+		// global only.
+		chk.local = -1
+	}
 	out := make([]byte, 0, len(expr)+len(costs)*32)
 	checks := 0
 	if chk != nil {
+		if chk.local >= 0 {
+			out = chk.reload(out)
+		}
 		out = chk.append(out, costs[0])
 		checks++
 	}
@@ -446,6 +535,16 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker) ([]byte
 			if chk != nil {
 				out = chk.append(out, costs[e.level])
 				checks++
+			}
+			continue
+		}
+		if e.level < 0 {
+			switch {
+			case chk == nil || chk.local < 0:
+			case e.level == -1:
+				out = chk.reload(out)
+			default:
+				out = chk.sync(out)
 			}
 			continue
 		}
@@ -465,10 +564,93 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker) ([]byte
 	return out, checks, nil
 }
 
+// reload sets the function's local to the fuel left above the floor
+// (fuel - limit): at function entry and after every call (the callee spent
+// from the global). The guest only runs while fuel >= limit, so the
+// difference is between 0 and a Slice and never overflows.
+func (c *checker) reload(b []byte) []byte {
+	b = appendULEB(append(b, 0x23), uint64(c.fuel))  // global.get $fuel
+	b = appendULEB(append(b, 0x23), uint64(c.limit)) // global.get $limit
+	b = append(b, 0x7d)                              // i64.sub
+	return appendULEB(append(b, 0x21), uint64(c.local))
+}
+
+// sync writes the count back to the global (local + limit): before every
+// call (the callee and the host read the global) and before every way out
+// of the function (return, a branch to the function's label, its end).
+func (c *checker) sync(b []byte) []byte {
+	b = appendULEB(append(b, 0x20), uint64(c.local)) // local.get $d
+	b = appendULEB(append(b, 0x23), uint64(c.limit)) // global.get $limit
+	b = append(b, 0x7c)                              // i64.add
+	return appendULEB(append(b, 0x24), uint64(c.fuel))
+}
+
+// appendLocal appends the check of a function that keeps its count in a
+// local $d, the fuel left above the floor:
+//
+//	local.get $d; i64.const C; i64.sub; local.tee $d
+//	i64.const 0; i64.lt_s
+//	if
+//	  local.get $d; global.get $limit; i64.add; global.set $fuel
+//	  call $refill
+//	  global.get $fuel; global.get $limit; i64.lt_s
+//	  if unreachable end
+//	  global.get $fuel; global.get $limit; i64.sub; local.set $d
+//	end
+//
+// A loop that calls nothing so keeps its count in a register and touches
+// no memory at its check: no store and reload of the counter, no load of
+// the floor. The global is exact wherever the host reads it (refill, after
+// a call into the guest returns, a fuel trap); after a trap the guest
+// raised itself (out-of-bounds access, division by zero) it misses what the
+// trapping function spent since its last sync, so the fuel reported for
+// such a failed call can be lower than the work done.
+func (c *checker) appendLocal(b []byte, cost int64) []byte {
+	gget := func(b []byte, g uint32) []byte { return appendULEB(append(b, 0x23), uint64(g)) }
+	b = appendULEB(append(b, 0x20), uint64(c.local)) // local.get $d
+	b = append(b, 0x42)                              // i64.const
+	b = appendSLEB(b, cost)
+	b = append(b, 0x7d, 0x22) // i64.sub, local.tee
+	b = appendULEB(b, uint64(c.local))
+	b = append(b, 0x42, 0x00, 0x53, 0x04, 0x40) // i64.const 0, i64.lt_s, if (empty)
+	b = c.sync(b)
+	b = append(b, 0x10) // call
+	b = appendULEB(b, uint64(c.refill))
+	b = gget(gget(b, c.fuel), c.limit)
+	b = append(b, 0x53, 0x04, 0x40, 0x00, 0x0b) // i64.lt_s, if, unreachable, end
+	b = c.reload(b)
+	return append(b, 0x0b)
+}
+
+// branchesOut reports whether the br, br_if or br_table with immediates
+// imm targets the function's own label (relative depth depth), which
+// returns from it.
+func branchesOut(imm []byte, op byte, depth int) bool {
+	r := &reader{b: imm}
+	n := uint32(1)
+	if op == 0x0e {
+		c, err := r.count(1)
+		if err != nil {
+			return true
+		}
+		n = c + 1
+	}
+	for i := uint32(0); i < n; i++ {
+		l, err := r.u32()
+		if err != nil || int64(l) == int64(depth) {
+			return true
+		}
+	}
+	return false
+}
+
 // append appends a check: fuel -= cost; if fuel < limit { refill(); if
 // fuel < limit { unreachable } }.
 func (c *checker) append(b []byte, cost int64) []byte {
 	cost = max(cost, 1)
+	if c.local >= 0 {
+		return c.appendLocal(b, cost)
+	}
 	get := func(b []byte, g uint32) []byte { return appendULEB(append(b, 0x23), uint64(g)) }
 	b = get(b, c.fuel)
 	b = append(b, 0x42) // i64.const
@@ -610,4 +792,74 @@ func fixNames(raw []byte, fuel, limit, refill uint32) []byte {
 		addGlobals(nil, 0)
 	}
 	return out
+}
+
+// paramCounts returns the number of parameters of each function the module
+// defines, in order, or nil when the type or function section holds
+// something other than plain function types (the pass then keeps the
+// counter in the global only).
+func (m *Module) paramCounts() []uint32 {
+	var params []uint32
+	if s := m.section(secType); s != nil {
+		r := &reader{b: s.Raw}
+		n, err := r.count(3)
+		if err != nil {
+			return nil
+		}
+		for i := uint32(0); i < n; i++ {
+			if form, err := r.byte(); err != nil || form != 0x60 {
+				return nil
+			}
+			np, err := r.count(1)
+			if err != nil || r.u32sValtypes(np) != nil {
+				return nil
+			}
+			nr, err := r.count(1)
+			if err != nil || r.u32sValtypes(nr) != nil {
+				return nil
+			}
+			params = append(params, np)
+		}
+	}
+	code := m.section(secCode)
+	if code == nil {
+		return []uint32{}
+	}
+	s := m.section(secFunction)
+	if s == nil {
+		return nil
+	}
+	r := &reader{b: s.Raw}
+	n, err := r.count(1)
+	if err != nil || int(n) != len(code.Funcs) {
+		return nil
+	}
+	out := make([]uint32, n)
+	for i := range out {
+		t, err := r.u32()
+		if err != nil || int(t) >= len(params) {
+			return nil
+		}
+		out[i] = params[t]
+	}
+	return out
+}
+
+// u32sValtypes skips n value types.
+func (r *reader) u32sValtypes(n uint32) error {
+	for i := uint32(0); i < n; i++ {
+		if err := r.valtype(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// localsOf counts a function's declared locals.
+func localsOf(f *Func) uint64 {
+	var n uint64
+	for _, g := range f.Locals {
+		n += uint64(g.Count)
+	}
+	return n
 }

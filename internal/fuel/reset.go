@@ -2,6 +2,7 @@ package fuel
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 )
 
@@ -118,7 +119,7 @@ func (m *Module) planReset() *resetPlan {
 				p.refuse("an element segment holds the state-changing import %d", f)
 			}
 			return f
-		}); err != nil {
+		}, math.MaxUint32); err != nil {
 			p.refuse("its element section cannot be read: %v", err)
 		}
 	}
