@@ -18,9 +18,12 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/sandboxd/sandboxd/artifact"
 	"github.com/sandboxd/sandboxd/executor"
+	"github.com/sandboxd/sandboxd/internal/fuel"
 	"github.com/sandboxd/sandboxd/internal/registrytest"
 	"github.com/sandboxd/sandboxd/manifest"
 )
@@ -295,6 +298,7 @@ var headline struct {
 	isoVsExtism     string
 	iso, extism     time.Duration
 	interrupt       string
+	interruptGo     string
 	goFresh         time.Duration
 	goFreshPooled   time.Duration
 	goFreshRecycled time.Duration
@@ -382,6 +386,98 @@ func interruption(t *testing.T, r *report) {
 	r.p("| sandboxd limited / Extism with timeout | %s |", ratio(res[2].p50, res[4].p50))
 	r.p("")
 	headline.interrupt = ratio(res[2].p50, res[0].p50)
+	goLoopInterruption(t, r)
+}
+
+// goLoopInterruption measures the same on a standard-Go guest: a GOOS=wasip1
+// command (internal/fuel/testdata/goloop, built here with this toolchain)
+// whose main runs a 50M-iteration loop, plain, metered by sandboxd's pass
+// (fuel unlimited, interruptible the way sandboxd interrupts calls), and
+// under close-on-context-done. Each run instantiates (the Go runtime
+// initialises in every variant alike).
+func goLoopInterruption(t *testing.T, r *report) {
+	ctx := context.Background()
+	out := filepath.Join(t.TempDir(), "goloop.wasm")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", out, ".")
+	cmd.Dir = filepath.Join(root(t), "internal/fuel/testdata/goloop")
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "GOFLAGS=")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the Go loop guest: %v\n%s", err, msg)
+	}
+	plain := readFile(t, out)
+	metered, _, err := fuel.Instrument(plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = "50000000"
+	variant := func(bin []byte, closeOnDone, meter bool) func() error {
+		rtm := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCloseOnContextDone(closeOnDone))
+		t.Cleanup(func() { _ = rtm.Close(ctx) })
+		wasi_snapshot_preview1.MustInstantiate(ctx, rtm)
+		if _, err := fuel.HostModule(ctx, rtm); err != nil {
+			t.Fatal(err)
+		}
+		c, err := rtm.CompileModule(ctx, bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func() error {
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			mod, err := rtm.InstantiateModule(cctx, c, wazero.NewModuleConfig().WithName("").WithArgs("goloop", n).WithStartFunctions())
+			if err != nil {
+				return err
+			}
+			defer mod.Close(ctx)
+			if meter {
+				m, err := fuel.NewMeter(mod)
+				if err != nil {
+					return err
+				}
+				m.Set(fuel.Unlimited)
+				stop := context.AfterFunc(cctx, m.Interrupt)
+				defer stop()
+				cctx = m.Context(cctx)
+			}
+			_, err = mod.ExportedFunction("_start").Call(cctx)
+			if exit, ok := err.(*sys.ExitError); ok && exit.ExitCode() == 0 {
+				err = nil
+			}
+			return err
+		}
+	}
+	cases := []struct {
+		name string
+		fn   func() error
+	}{
+		{"wazero, no limit", variant(plain, false, false)},
+		{"sandboxd's fuel pass (interruptible, as every sandboxd call)", variant(metered, false, true)},
+		{"wazero with close-on-context-done", variant(plain, true, false)},
+	}
+	list := make([]func() error, len(cases))
+	for i, c := range cases {
+		list[i] = c.fn
+	}
+	res, err := interleaved(list, 1, 6, 8, 400*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.p("### Standard-Go guest")
+	r.p("")
+	r.p("`internal/fuel/testdata/goloop` (`GOOS=wasip1` command): 5·10^7 iterations of `spins++` on a package variable; Go compiles every function into a dispatch loop, so each iteration passes a loop header.")
+	r.p("")
+	r.p("| case | p50 ms | p99 ms | calls |")
+	r.p("|---|---:|---:|---:|")
+	for i, c := range cases {
+		r.p("| %s | %s | %s | %d |", c.name, ms(res[i].p50), ms(res[i].p99), res[i].n)
+	}
+	r.p("")
+	r.p("| ratio (p50) | |")
+	r.p("|---|---:|")
+	r.p("| **metered / unlimited** | **%s** |", ratio(res[1].p50, res[0].p50))
+	r.p("| close-on-context-done / unlimited | %s |", ratio(res[2].p50, res[0].p50))
+	r.p("")
+	headline.interruptGo = ratio(res[1].p50, res[0].p50)
 }
 
 func extismInstanceConfig() (c extismInstanceConfigT) { return c }
@@ -394,7 +490,7 @@ func instantiation(t *testing.T, r *report) {
 	r.p("")
 	r.p("A small WAT module (`echo_reactor.wasm`) and a standard-Go guest (`go_echo_reactor.wasm`, `GOOS=wasip1`, `-buildmode=c-shared`), 1 KiB validated echo.")
 	r.p("*recycled* (the default for context-isolated) takes a pooled instance that an earlier call used and that was reset to its post-`_initialize` state (memory copy + globals); *never-used* takes a pooled instance instantiated for it (recycling off, as `strict` does); *unpooled* instantiates (and runs `_initialize`) inside the call; *reused* is posture none (no isolation). Fresh-instance cost = that call − the reused call.")
-	r.p("All four are paced alike (a busy wait of 2 ms for WAT, 30 ms for Go, between calls, so the pool's background refill keeps up): paced calls meet colder caches and run slower than the back-to-back calls of the per-call tables.")
+	r.p("All four are paced alike and measured in turn (a busy wait of 2 ms for WAT, 30 ms for Go, before each call, so the pool's background refill keeps up): paced calls meet colder caches and run slower than the back-to-back calls of the per-call tables, and the difference of two medians can come out slightly negative when a fresh instance costs less than the noise.")
 	r.p("")
 	r.p("| guest | recycled p50 µs | recycled p99 µs | never-used p50 µs | never-used p99 µs | unpooled p50 µs | unpooled p99 µs | reused p50 µs | fresh instance: recycled | never-used | unpooled |")
 	r.p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -412,12 +508,17 @@ func instantiation(t *testing.T, r *report) {
 		pooled := loadTool(t, newExecutor(t, cache, 2, noRecycle), toolManifest("bench.inst", fsRef(path), true, "context-isolated", 5000))
 		unpooled := loadTool(t, newExecutor(t, cache, 0), toolManifest("bench.inst", fsRef(path), true, "context-isolated", 5000))
 		reused := loadTool(t, newExecutor(t, cache, 0), toolManifest("bench.inst", fsRef(path), true, "none", 5000))
-		// Every case is paced alike: one call, then a busy wait long enough
-		// for the pool's refill, so each sample meets the same (partly cold)
-		// caches and a full pool.
-		paced := func(tool *executor.Tool, n int) result {
-			h := newHist()
-			for i := 0; i < n+5; i++ {
+		// Every case is paced alike: a busy wait long enough for the pool's
+		// refill, then one call, the four cases in turn, so that each sample
+		// meets the same (partly cold) caches and a full pool, and load on
+		// the shared machine falls on all four alike.
+		tools := []*executor.Tool{recycled, pooled, unpooled, reused}
+		hs := make([]*hist, len(tools))
+		for j := range hs {
+			hs[j] = newHist()
+		}
+		for i := 0; i < g.n+5; i++ {
+			for j, tool := range tools {
 				for until := time.Now().Add(g.pace); time.Now().Before(until); {
 					runtime.Gosched()
 				}
@@ -426,12 +527,15 @@ func instantiation(t *testing.T, r *report) {
 					t.Fatal(err)
 				}
 				if i >= 5 {
-					h.add(time.Since(t0))
+					hs[j].add(time.Since(t0))
 				}
 			}
-			return result{p50: h.quantile(0.5), p99: h.quantile(0.99), n: h.n}
 		}
-		rc, po, un, re := paced(recycled, g.n), paced(pooled, g.n), paced(unpooled, g.n), paced(reused, g.n)
+		res := make([]result, len(hs))
+		for j, h := range hs {
+			res[j] = result{p50: h.quantile(0.5), p99: h.quantile(0.99), n: h.n}
+		}
+		rc, po, un, re := res[0], res[1], res[2], res[3]
 		if recycled.RecycledCalls() == 0 {
 			t.Fatalf("%s: no call was served by a recycled instance", g.name)
 		}
@@ -664,7 +768,7 @@ func memory(t *testing.T, r *report) {
 	r.p("## Headline")
 	r.p("")
 	r.p("- 1 KiB echo, sandboxd context-isolated (recycled fresh instance) with validation on vs Extism's reused instance without validation: %s µs vs %s µs = **%s** (goal ≤ 0.33×).", us(headline.iso), us(headline.extism), headline.isoVsExtism)
-	r.p("- Interruption overhead (sandboxd with cpuMs enforced / wazero without any limit): **%s**.", headline.interrupt)
+	r.p("- Interruption overhead (sandboxd with cpuMs enforced / wazero without any limit): **%s** on the WAT loop, **%s** on the standard-Go loop.", headline.interrupt, headline.interruptGo)
 	r.p("- Fresh-instance cost of the standard-Go guest (call − reused call, paced): **%s µs** recycled (the default), %s µs never-used from the pool, %s µs unpooled (instantiate + `_initialize` in the call).", us(headline.goFreshRecycled), us(headline.goFreshPooled), us(headline.goFresh))
 }
 
