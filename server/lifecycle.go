@@ -51,8 +51,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 }
 
 // Drain stops admitting calls (new invokes and /readyz answer 503) and
-// waits up to DrainTimeout for the calls already accepted. It returns how
-// many were still running when it gave up (0 when all finished). It emits
+// waits up to DrainTimeout for the calls already accepted, guests included:
+// a call answered at its deadline still has a guest stopping, and its
+// failed event comes when it has. It returns how many were still running
+// when it gave up (0 when all finished). It emits
 // the draining event. Calling it again waits again.
 func (s *Server) Drain() int {
 	s.lifeMu.Lock()
@@ -62,13 +64,14 @@ func (s *Server) Drain() int {
 	done := make(chan struct{})
 	go func() {
 		s.accepted.Wait()
+		s.guests.Wait() // guests still stopping after their call was answered
 		close(done)
 	}()
 	select {
 	case <-done:
 		return 0
 	case <-time.After(s.opts.DrainTimeout):
-		return int(s.active.Load())
+		return int(max(s.active.Load(), s.activeGuests.Load()))
 	}
 }
 

@@ -98,7 +98,12 @@ type Server struct {
 	draining bool
 	accepted sync.WaitGroup // invokes admitted past the drain check
 	active   atomic.Int64
-	closed   bool
+	// guests tracks guest runs, which can outlive their handler (a call is
+	// answered at its deadline while the interrupted guest stops): a drain
+	// waits for them too, so their lifecycle events are written before exit.
+	guests       sync.WaitGroup
+	activeGuests atomic.Int64
+	closed       bool
 }
 
 var printable = regexp.MustCompile(`^[\x21-\x7e]+$`)
@@ -705,11 +710,15 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 	}
 	done := make(chan outcome, 1)
 	c.hold() // the guest may outlive this handler (answered at the deadline)
+	s.guests.Add(1)
+	s.activeGuests.Add(1)
 	go func() {
 		defer func() {
 			s.adm.leave()
 			<-e.inflight
 			c.release()
+			s.activeGuests.Add(-1)
+			s.guests.Done()
 		}()
 		res, err := e.tool.Invoke(ctx, executor.Request{CallID: callID, Input: inv.input, Context: inv.ctx})
 		done <- outcome{res, err}

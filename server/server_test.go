@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/executor"
 	"github.com/sandboxd/sandboxd/server"
 )
 
@@ -526,6 +527,46 @@ func TestDrainInProcess(t *testing.T) {
 	}
 	if st := ts.logs.records(t, "stopped"); len(st) != 1 || st[0]["abandoned"] != 0.0 {
 		t.Errorf("stopped %v", st)
+	}
+}
+
+// A drain also waits for a guest that outlives its call (answered at the
+// deadline while the interrupted guest stops), so the call's terminal
+// lifecycle event is out before Serve returns.
+func TestDrainWaitsForGuests(t *testing.T) {
+	var mu sync.Mutex
+	phases := map[string][]executor.Phase{}
+	exec := newExecutor(t, executor.NewConfig().WithCallObserver(func(ev executor.CallEvent) {
+		mu.Lock()
+		phases[ev.CallID] = append(phases[ev.CallID], ev.Phase)
+		mu.Unlock()
+	}))
+	ts := startWith(t, exec, server.StaticSource{Tools: standardTools(t)}, server.Options{})
+	held := make(chan *response, 1)
+	go func() {
+		r, _ := do(t, context.Background(), "POST", ts.url+"/v1/invoke", strings.NewReader(invokeBody("t.loop", `{}`)), authJSON("kindgi-timeout-ms", "400"))
+		held <- r
+	}()
+	eventually(t, "the held call", func() bool { return ts.metric(t, "sandboxd_inflight_calls") == "1" })
+	ts.cancel()
+	if h := <-held; h == nil || h.status != 200 || h.msg(t)["code"] != "deadline-exceeded" {
+		t.Fatalf("held call: %v", h)
+	}
+	select {
+	case err := <-ts.done:
+		ts.done <- err
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(phases) != 1 {
+		t.Fatalf("calls observed: %v", phases)
+	}
+	for id, ph := range phases {
+		if ph[len(ph)-1] != executor.PhaseFailed {
+			t.Errorf("call %s: phases %v when Serve returned, want it to end with failed", id, ph)
+		}
 	}
 }
 
