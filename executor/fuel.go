@@ -20,9 +20,9 @@ import (
 // at every loop header (13–25× slower on tight loops). The pass instruments
 // a module once per tool load (its output is cached in memory by input
 // digest and pass version, so reloading a tool never reruns it); every call
-// gets an unlimited counter and a context.AfterFunc that interrupts the guest
-// when the call's context ends — the CPU watchdog, the wall deadline and
-// cancellation all end it. A module the pass refuses (an opcode it does not
+// gets an unlimited counter, and the refill host function stops the guest
+// once the call's context has ended — the CPU watchdog, the wall deadline
+// and cancellation all end it. A module the pass refuses (an opcode it does not
 // know) runs on a runtime with WithCloseOnContextDone instead: that is the
 // only place close-on-context-done remains.
 
@@ -101,8 +101,9 @@ func newMetering(mod api.Module) (*metering, error) {
 }
 
 // begin prepares a call into the instance under ctx: budget units of fuel
-// (0: unlimited), an interrupt when ctx ends. It returns the context to call
-// with and a function that must run when the call returns.
+// (0: unlimited); the guest stops when ctx ends (refill checks it at every
+// Slice). It returns the context to call with and a function that must run
+// when the call returns.
 func (mt *metering) begin(ctx context.Context, budget int64) (context.Context, func()) {
 	if mt == nil {
 		return ctx, func() {}
@@ -112,8 +113,7 @@ func (mt *metering) begin(ctx context.Context, budget int64) (context.Context, f
 	}
 	mt.start = budget
 	mt.m.Set(budget)
-	stop := context.AfterFunc(ctx, mt.m.Interrupt)
-	return mt.m.Context(ctx), func() { stop() }
+	return mt.m.Context(ctx), func() {}
 }
 
 // used returns the fuel the last call consumed (0 for an unmetered module).

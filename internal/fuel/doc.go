@@ -84,8 +84,9 @@
 // puts the floor a Slice below the counter. When the counter drops below the
 // floor the guest calls $refill, which lowers the floor by another Slice,
 // or leaves it where it is, so that the guest traps ("unreachable"), when
-// the budget is spent (the counter is negative) or Meter.Interrupt was
-// called. A trap after which the counter is below the floor
+// the budget is spent (the counter is negative), Meter.Interrupt was
+// called, or the context the guest was called with has ended (a deadline, a
+// cancellation: nothing needs to watch the context). A trap after which the counter is below the floor
 // (Meter.Exhausted) came from the pass, not from the guest's own code.
 //
 // The call into Go once per Slice matters beyond interrupts: Go cannot

@@ -179,6 +179,37 @@ func TestInterruptSpinningGuest(t *testing.T) {
 	}
 }
 
+// TestContextStopsSpinningGuest: the end of the call's context stops a
+// spinning guest at its next refill, without anyone calling Interrupt.
+func TestContextStopsSpinningGuest(t *testing.T) {
+	bin := readFile(t, "testdata/wat/count.wasm")
+	for _, end := range []string{"cancel", "deadline"} {
+		t.Run(end, func(t *testing.T) {
+			mod, m := instance(t, bin)
+			defer mod.Close(context.Background())
+			m.Set(Unlimited)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			defer cancel()
+			if end == "cancel" {
+				ctx, cancel = context.WithCancel(context.Background())
+				time.AfterFunc(20*time.Millisecond, cancel)
+			}
+			start := time.Now()
+			_, err := mod.ExportedFunction("spin").Call(m.Context(ctx))
+			if err == nil || !m.Interrupted() || !m.Exhausted() {
+				t.Fatalf("err %v, interrupted %v, exhausted %v", err, m.Interrupted(), m.Exhausted())
+			}
+			if d := time.Since(start); d > 2*time.Second {
+				t.Fatalf("stopped after %v", d)
+			}
+			m.Set(Unlimited)
+			if m.Interrupted() {
+				t.Fatal("Set did not clear the interrupt")
+			}
+		})
+	}
+}
+
 // TestRefusesHostileModules checks that malformed or hostile modules are
 // refused with handler-shape-invalid and never panic.
 func TestRefusesHostileModules(t *testing.T) {

@@ -33,15 +33,18 @@ type meterKey struct{}
 // refill runs on the guest's goroutine whenever the counter drops below the
 // floor. Being a call into Go, it is also where the Go scheduler gets the
 // thread back. It lowers the floor by a Slice, or leaves it, so that the
-// guest traps: when the budget is spent (the counter is negative) or the
-// call's Meter was interrupted.
+// guest traps: when the budget is spent (the counter is negative), or the
+// call's Meter was interrupted, or the context of the call (the one Meter.Context
+// returned, or one derived from it) is done — so a deadline or a
+// cancellation stops the guest without any goroutine watching the context.
 func refill(ctx context.Context, mod api.Module, _ []uint64) {
 	fuel, ok1 := mod.ExportedGlobal(GlobalExport).(api.MutableGlobal)
 	limit, ok2 := mod.ExportedGlobal(LimitExport).(api.MutableGlobal)
 	if !ok1 || !ok2 {
 		panic(ErrNotMetered)
 	}
-	if m, _ := ctx.Value(meterKey{}).(*Meter); m != nil && m.interrupted.Load() {
+	if m, _ := ctx.Value(meterKey{}).(*Meter); m != nil && (m.interrupted.Load() || ctx.Err() != nil) {
+		m.interrupted.Store(true)
 		limit.Set(uint64(Interrupted))
 		return
 	}
@@ -71,7 +74,7 @@ func NewMeter(mod api.Module) (*Meter, error) {
 }
 
 // Context returns ctx carrying m: calls into the instance must use it (or a
-// context derived from it) for Interrupt to reach them.
+// context derived from it) for Interrupt, and the end of ctx, to reach them.
 func (m *Meter) Context(ctx context.Context) context.Context {
 	return context.WithValue(ctx, meterKey{}, m)
 }
