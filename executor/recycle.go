@@ -20,13 +20,16 @@ import (
 // fuel pass found resettable (internal/fuel: it imports nothing but
 // functions, changes no table or segment, and every state-changing WASI call
 // sets a dirty flag), each instance saves its state right after
-// instantiation and _initialize — a copy of its linear memory and the values
-// of its mutable globals — and, after a call that ended cleanly, the refill
-// goroutine writes that state back and returns the instance to the pool:
+// instantiation and _initialize — the non-zero 4 KiB chunks of its linear
+// memory and the values of its mutable globals — and, after a call that
+// ended cleanly, that state is written back and the instance returns to the
+// pool (pool.go: on the caller's goroutine for a small memory or an empty
+// pool, else on the refill goroutine):
 //
-//   - linear memory: the saved bytes are copied over the whole memory; an
-//     instance whose memory grew during the call is closed instead (Wasm
-//     memory cannot shrink);
+//   - linear memory: the saved chunks are copied back and everything else is
+//     cleared, so every byte is what instantiation left; an instance whose
+//     memory grew during the call is closed instead (Wasm memory cannot
+//     shrink);
 //   - mutable globals: written back through the exports the pass added;
 //   - tables and segments: unchanged by construction;
 //   - host state: sandboxd_v1 keeps none per instance (it belongs to the
