@@ -662,7 +662,7 @@ func throughput(t *testing.T, r *report) {
 	r.p("| case | calls/s GOMAXPROCS=1 | calls/s GOMAXPROCS=2 | scaling 2/1 |")
 	r.p("|---|---:|---:|---:|")
 	path := filepath.Join(rt, "testdata/wasm/echo_reactor.wasm")
-	for _, c := range []struct{ name, posture string }{{"sandboxd context-isolated (pooled)", "context-isolated"}, {"sandboxd none (reused)", "none"}} {
+	for _, c := range []struct{ name, posture string }{{"sandboxd context-isolated (pool, recycled instances)", "context-isolated"}, {"sandboxd none (reused)", "none"}} {
 		tool := loadTool(t, newExecutor(t, cache, 4), toolManifest("bench.tp", fsRef(path), true, c.posture, 5000))
 		var cps [2]float64
 		for i, procs := range []int{1, 2} {
