@@ -173,19 +173,26 @@ func (t *Tool) recycle(p *pool, in *instance, budget int64) (replace bool) {
 		return false
 	}
 	p.out.Add(-1)
-	if in.reusable && len(p.ready) < cap(p.ready) && in.reset() {
-		size := in.heldBytes()
-		if t.exec.pooledBytes.Add(size) <= budget {
-			select {
-			case p.ready <- in:
-				return false
-			default:
-			}
-		}
-		t.exec.pooledBytes.Add(-size)
+	if in.reusable && len(p.ready) < cap(p.ready) && in.reset() && t.putBack(p, in, budget) {
+		return false
 	}
 	_ = in.mod.Close(context.Background())
 	return true
+}
+
+// putBack puts a reset instance into the pool if the pool has room and the
+// executor's pool budget allows it, and reports whether it did.
+func (t *Tool) putBack(p *pool, in *instance, budget int64) bool {
+	size := in.heldBytes()
+	if t.exec.pooledBytes.Add(size) <= budget {
+		select {
+		case p.ready <- in:
+			return true
+		default:
+		}
+	}
+	t.exec.pooledBytes.Add(-size)
+	return false
 }
 
 // inlineResetMax is the largest snapshot the caller resets itself after its
@@ -207,20 +214,11 @@ func (t *Tool) recycleInline(in *instance) bool {
 		return false
 	}
 	budget, _ := t.exec.cfg.poolLimits()
-	if len(p.ready) >= cap(p.ready) || !in.reset() {
+	if len(p.ready) >= cap(p.ready) || !in.reset() || !t.putBack(p, in, budget) {
 		return false
 	}
-	size := in.heldBytes()
-	if t.exec.pooledBytes.Add(size) <= budget {
-		select {
-		case p.ready <- in:
-			p.out.Add(-1)
-			return true
-		default:
-		}
-	}
-	t.exec.pooledBytes.Add(-size)
-	return false
+	p.out.Add(-1)
+	return true
 }
 
 // retireQueue is how many used instances may wait for the refill goroutine
