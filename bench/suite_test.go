@@ -350,34 +350,16 @@ func interruption(t *testing.T, r *report) {
 	}
 	exT := extismInstance(t, newExtism(t, spin, 10*time.Second, false))
 	exNo := extismInstance(t, newExtism(t, spin, 0, false))
-	cases := []struct {
-		name string
-		fn   func() error
-	}{
+	cases := []namedCase{
 		{"wazero, no limit (no close-on-context-done)", rawCall(false)},
 		{"wazero with close-on-context-done, 10 s deadline", rawCall(true)},
 		{"sandboxd, cpuMs 10000 enforced (posture none, reused instance)", sdCall},
 		{"Extism, no timeout", func() error { _, err := extismCall(exNo, "run", nil); return err }},
 		{"Extism, timeout 10 s", func() error { _, err := extismCall(exT, "run", nil); return err }},
 	}
-	list := make([]func() error, len(cases))
-	for i, c := range cases {
-		list[i] = c.fn
-	}
-	res, err := interleaved(list, 2, 6, 50, 250*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.p("## Interruption overhead: a tight compute loop")
-	r.p("")
-	r.p("`bench/testdata/spin.wat`: 2^24 iterations of a multiply-add with one loop back-edge each, no host calls — the worst case for interruption checks.")
-	r.p("")
-	r.p("| case | p50 ms | p99 ms | calls |")
-	r.p("|---|---:|---:|---:|")
-	for i, c := range cases {
-		r.p("| %s | %s | %s | %d |", c.name, ms(res[i].p50), ms(res[i].p99), res[i].n)
-	}
-	r.p("")
+	res := loopTable(t, r, cases, 2, 50, 250*time.Millisecond,
+		"## Interruption overhead: a tight compute loop",
+		"`bench/testdata/spin.wat`: 2^24 iterations of a multiply-add with one loop back-edge each, no host calls — the worst case for interruption checks.")
 	r.p("| ratio (p50) | |")
 	r.p("|---|---:|")
 	r.p("| **sandboxd limited / wazero unlimited** | **%s** |", ratio(res[2].p50, res[0].p50))
@@ -446,25 +428,44 @@ func goLoopInterruption(t *testing.T, r *report) {
 			return err
 		}
 	}
-	cases := []struct {
-		name string
-		fn   func() error
-	}{
+	cases := []namedCase{
 		{"wazero, no limit", variant(plain, false, false)},
 		{"sandboxd's fuel pass (interruptible, as every sandboxd call)", variant(metered, false, true)},
 		{"wazero with close-on-context-done", variant(plain, true, false)},
 	}
+	res := loopTable(t, r, cases, 1, 8, 400*time.Millisecond,
+		"### Standard-Go guest",
+		"`internal/fuel/testdata/goloop` (`GOOS=wasip1` command): 5·10^7 iterations of `spins++` on a package variable; Go compiles every function into a dispatch loop, so each iteration passes a loop header.")
+	r.p("| ratio (p50) | |")
+	r.p("|---|---:|")
+	r.p("| **metered / unlimited** | **%s** |", ratio(res[1].p50, res[0].p50))
+	r.p("| close-on-context-done / unlimited | %s |", ratio(res[2].p50, res[0].p50))
+	r.p("")
+	headline.interruptGo = ratio(res[1].p50, res[0].p50)
+}
+
+// namedCase is one row of a timing table.
+type namedCase struct {
+	name string
+	fn   func() error
+}
+
+// loopTable times the cases interleaved (6 rounds of slice each, at most
+// perRound calls, after warm calls each) and writes the heading, the
+// description and the table of p50/p99 in ms; it returns the results in
+// the order of cases.
+func loopTable(t *testing.T, r *report, cases []namedCase, warm, perRound int, slice time.Duration, heading, desc string) []result {
 	list := make([]func() error, len(cases))
 	for i, c := range cases {
 		list[i] = c.fn
 	}
-	res, err := interleaved(list, 1, 6, 8, 400*time.Millisecond)
+	res, err := interleaved(list, warm, 6, perRound, slice)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.p("### Standard-Go guest")
+	r.p(heading)
 	r.p("")
-	r.p("`internal/fuel/testdata/goloop` (`GOOS=wasip1` command): 5·10^7 iterations of `spins++` on a package variable; Go compiles every function into a dispatch loop, so each iteration passes a loop header.")
+	r.p(desc)
 	r.p("")
 	r.p("| case | p50 ms | p99 ms | calls |")
 	r.p("|---|---:|---:|---:|")
@@ -472,12 +473,7 @@ func goLoopInterruption(t *testing.T, r *report) {
 		r.p("| %s | %s | %s | %d |", c.name, ms(res[i].p50), ms(res[i].p99), res[i].n)
 	}
 	r.p("")
-	r.p("| ratio (p50) | |")
-	r.p("|---|---:|")
-	r.p("| **metered / unlimited** | **%s** |", ratio(res[1].p50, res[0].p50))
-	r.p("| close-on-context-done / unlimited | %s |", ratio(res[2].p50, res[0].p50))
-	r.p("")
-	headline.interruptGo = ratio(res[1].p50, res[0].p50)
+	return res
 }
 
 func extismInstanceConfig() (c extismInstanceConfigT) { return c }
