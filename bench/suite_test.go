@@ -142,6 +142,7 @@ func header(t *testing.T, r *report) {
 	r.p("")
 }
 
+// callCase is one row of a timing table.
 type callCase struct {
 	name string
 	fn   func() error
@@ -350,7 +351,7 @@ func interruption(t *testing.T, r *report) {
 	}
 	exT := extismInstance(t, newExtism(t, spin, 10*time.Second, false))
 	exNo := extismInstance(t, newExtism(t, spin, 0, false))
-	cases := []namedCase{
+	cases := []callCase{
 		{"wazero, no limit (no close-on-context-done)", rawCall(false)},
 		{"wazero with close-on-context-done, 10 s deadline", rawCall(true)},
 		{"sandboxd, cpuMs 10000 enforced (posture none, reused instance)", sdCall},
@@ -428,7 +429,7 @@ func goLoopInterruption(t *testing.T, r *report) {
 			return err
 		}
 	}
-	cases := []namedCase{
+	cases := []callCase{
 		{"wazero, no limit", variant(plain, false, false)},
 		{"sandboxd's fuel pass (interruptible, as every sandboxd call)", variant(metered, false, true)},
 		{"wazero with close-on-context-done", variant(plain, true, false)},
@@ -444,17 +445,11 @@ func goLoopInterruption(t *testing.T, r *report) {
 	headline.interruptGo = ratio(res[1].p50, res[0].p50)
 }
 
-// namedCase is one row of a timing table.
-type namedCase struct {
-	name string
-	fn   func() error
-}
-
 // loopTable times the cases interleaved (6 rounds of slice each, at most
 // perRound calls, after warm calls each) and writes the heading, the
 // description and the table of p50/p99 in ms; it returns the results in
 // the order of cases.
-func loopTable(t *testing.T, r *report, cases []namedCase, warm, perRound int, slice time.Duration, heading, desc string) []result {
+func loopTable(t *testing.T, r *report, cases []callCase, warm, perRound int, slice time.Duration, heading, desc string) []result {
 	list := make([]func() error, len(cases))
 	for i, c := range cases {
 		list[i] = c.fn
