@@ -713,15 +713,21 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 	s.guests.Add(1)
 	s.activeGuests.Add(1)
 	go func() {
-		defer func() {
-			s.adm.leave()
-			<-e.inflight
-			c.release()
-			s.activeGuests.Add(-1)
-			s.guests.Done()
+		var o outcome
+		// The slots are released before the outcome is handed over, so a
+		// client that gets its answer and calls again at once never finds
+		// its own finished call still counted.
+		func() {
+			defer func() {
+				s.adm.leave()
+				<-e.inflight
+				c.release()
+				s.activeGuests.Add(-1)
+				s.guests.Done()
+			}()
+			o.res, o.err = e.tool.Invoke(ctx, executor.Request{CallID: callID, Input: inv.input, Context: inv.ctx})
 		}()
-		res, err := e.tool.Invoke(ctx, executor.Request{CallID: callID, Input: inv.input, Context: inv.ctx})
-		done <- outcome{res, err}
+		done <- o
 	}()
 	var o outcome
 	select {

@@ -283,7 +283,9 @@ func TestWireFaceMapping(t *testing.T) {
 // context-isolated never leaks state: the counter answers 1 every time,
 // also under concurrency.
 func TestContextIsolatedNeverLeaks(t *testing.T) {
-	ts := start(t, server.StaticSource{Tools: standardTools(t)}, server.Options{MaxConcurrency: 8})
+	// 8 clients on one tool: the per-tool cap must admit all 8 (its default,
+	// 3/4 of MaxConcurrency, would answer 503 whenever all 8 overlap).
+	ts := start(t, server.StaticSource{Tools: standardTools(t)}, server.Options{MaxConcurrency: 8, PerToolConcurrency: 8})
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
 	for g := 0; g < 8; g++ {
@@ -356,7 +358,10 @@ func TestDisconnectCancels(t *testing.T) {
 // service recovers when the held calls end. The per-tool cap leaves room
 // for other tools.
 func TestSaturationAndRecovery(t *testing.T) {
-	ts := start(t, server.StaticSource{Tools: standardTools(t)}, server.Options{MaxConcurrency: 2, QueueSize: 1, PerToolConcurrency: 1})
+	// t.loop2 holds the second slot for its whole deadline (t.spin would
+	// give it back after 50 ms of CPU, sometimes before the burst arrives).
+	tools := append(standardTools(t), tool(t, "t.loop2", "loop", 16, 600_000, nil))
+	ts := start(t, server.StaticSource{Tools: tools}, server.Options{MaxConcurrency: 2, QueueSize: 1, PerToolConcurrency: 1})
 	hold := func(ms int) chan *response {
 		ch := make(chan *response, 1)
 		go func() {
@@ -369,7 +374,8 @@ func TestSaturationAndRecovery(t *testing.T) {
 		}()
 		return ch
 	}
-	held := hold(1500)
+	// long enough to outlast the steps below under -race on a loaded machine
+	held := hold(4000)
 	eventually(t, "the held call", func() bool { return ts.metric(t, "sandboxd_inflight_calls") == "1" })
 	// The per-tool cap (1) refuses a second loop call at once…
 	r := ts.invoke(t, invokeBody("t.loop", `{}`))
@@ -382,9 +388,12 @@ func TestSaturationAndRecovery(t *testing.T) {
 	// Fill the second slot and the queue, then the next call is refused.
 	held2 := make(chan *response, 1)
 	go func() {
-		r, _ := do(t, context.Background(), "POST", ts.url+"/v1/invoke", strings.NewReader(invokeBody("t.spin", `{}`)), authJSON())
+		r, _ := do(t, context.Background(), "POST", ts.url+"/v1/invoke", strings.NewReader(invokeBody("t.loop2", `{}`)), authJSON("kindgi-timeout-ms", "3000"))
 		held2 <- r
 	}()
+	// Both slots must be taken before the burst, or fast echo calls can
+	// all pass one after another through the free slot.
+	eventually(t, "both slots taken", func() bool { return ts.metric(t, "sandboxd_inflight_calls") == "2" })
 	var saw503 atomic.Bool
 	var wg sync.WaitGroup
 	for i := 0; i < 6; i++ {
