@@ -3,6 +3,7 @@ package fuel
 import (
 	"context"
 	"errors"
+	"math"
 
 	"sync/atomic"
 
@@ -101,3 +102,101 @@ func (m *Meter) Interrupt() { m.interrupted.Store(true) }
 
 // Interrupted reports whether Interrupt was called since the last Set.
 func (m *Meter) Interrupted() bool { return m.interrupted.Load() }
+
+// ErrInterrupted is the panic value (and so the trap cause) of a host
+// function that found its call interrupted: the call's context ended or
+// Meter.Interrupt was called.
+var ErrInterrupted = errors.New("sandboxd: the call was interrupted")
+
+// ErrExhausted is the panic value of a host function whose charge spent the
+// call's fuel budget.
+var ErrExhausted = errors.New("sandboxd: the call's fuel budget is spent")
+
+// MeterFrom returns the Meter a call's context carries (Meter.Context), or
+// nil for a call into an unmetered module.
+func MeterFrom(ctx context.Context) *Meter {
+	m, _ := ctx.Value(meterKey{}).(*Meter)
+	return m
+}
+
+// Check stops the calling guest when its call was interrupted: a host
+// function calls it on entry and before it returns, so an interrupted call
+// traps at the next host boundary rather than at the next refill. It panics
+// with ErrInterrupted (wazero turns the panic into the call's error) after
+// raising the floor above the counter, so Meter.Exhausted reports the trap
+// as the pass's. It does nothing for an unmetered call.
+func Check(ctx context.Context) {
+	m := MeterFrom(ctx)
+	if m == nil {
+		return
+	}
+	if m.interrupted.Load() || ctx.Err() != nil {
+		m.interrupted.Store(true)
+		m.limit.Set(uint64(Interrupted))
+		panic(ErrInterrupted)
+	}
+}
+
+// Charge spends units of fuel for work a host function does on the guest's
+// behalf (bytes copied, generated or written), after Check. The guest's
+// functions keep their count in the global across calls (the pass writes it
+// back before every call and reloads it after), so the charge is seen by the
+// guest when the host function returns. When the counter drops below the
+// floor, Charge does what refill does: lowers the floor by Slices while the
+// budget lasts, or panics with ErrExhausted when it is spent. It does
+// nothing for an unmetered call.
+func Charge(ctx context.Context, units int64) {
+	m := MeterFrom(ctx)
+	if m == nil {
+		return
+	}
+	Check(ctx)
+	if units <= 0 {
+		return
+	}
+	f := int64(m.fuel.Get())
+	if f < math.MinInt64+units {
+		f = math.MinInt64
+	} else {
+		f -= units
+	}
+	m.fuel.Set(uint64(f))
+	if f >= int64(m.limit.Get()) {
+		return
+	}
+	if f < 0 {
+		// Spent: the floor (>= 0) stays above the counter.
+		panic(ErrExhausted)
+	}
+	m.limit.Set(uint64(max(0, f-Slice)))
+}
+
+// TableElemBytes is what the host charges for one table element: wazero
+// keeps a table as a Go slice of 8-byte references.
+const TableElemBytes = 8
+
+// TableAccount is charged for the table elements an instance holds. The
+// instrumented module's table.grow asks the host (through ImportModule)
+// before growing: a refusal makes table.grow return -1, as a table at its
+// maximum does.
+type TableAccount interface {
+	// ReserveTable charges elems more elements; false refuses them.
+	ReserveTable(elems int64) bool
+	// ReleaseTable returns elems elements that were reserved but not added.
+	ReleaseTable(elems int64)
+}
+
+type tableKey struct{}
+
+// WithTableAccount returns ctx carrying a: every call into an instance
+// (instantiation and _initialize included) must use such a context for its
+// table growth to be charged; without one, growth is refused.
+func WithTableAccount(ctx context.Context, a TableAccount) context.Context {
+	return context.WithValue(ctx, tableKey{}, a)
+}
+
+// TableAccountFrom returns the TableAccount ctx carries, or nil.
+func TableAccountFrom(ctx context.Context) TableAccount {
+	a, _ := ctx.Value(tableKey{}).(TableAccount)
+	return a
+}
