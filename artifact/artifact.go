@@ -6,9 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 
 	"github.com/sandboxd/sandboxd/toolerr"
@@ -80,30 +78,22 @@ func (f Filesystem) Resolve(ctx context.Context, ref Ref) (*Module, error) {
 	if limit <= 0 {
 		limit = DefaultMaxModuleSize
 	}
-	file, err := os.Open(p)
+	// OpenRegular refuses FIFOs, devices and directories without blocking
+	// (a FIFO opened the ordinary way waits for a writer forever).
+	file, err := OpenRegular(p)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, toolerr.New(toolerr.ArtifactUnavailable, "module %s does not exist", p)
 		}
+		if errors.Is(err, ErrNotRegular) {
+			return nil, toolerr.Wrap(toolerr.ArtifactUnavailable, err, "a module must be a regular file")
+		}
 		return nil, toolerr.Wrap(toolerr.ArtifactUnavailable, err, "cannot open module")
 	}
 	defer file.Close()
-	st, err := file.Stat()
+	b, err := readAllCapped(file, "module "+p, limit)
 	if err != nil {
-		return nil, toolerr.Wrap(toolerr.ArtifactUnavailable, err, "cannot stat module")
-	}
-	if !st.Mode().IsRegular() {
-		return nil, toolerr.New(toolerr.ArtifactUnavailable, "module %s is not a regular file", p)
-	}
-	if st.Size() > limit {
-		return nil, toolerr.New(toolerr.ArtifactRefused, "module %s is %d bytes, over the %d-byte cap", p, st.Size(), limit)
-	}
-	b, err := io.ReadAll(io.LimitReader(file, limit+1))
-	if err != nil {
-		return nil, toolerr.Wrap(toolerr.ArtifactUnavailable, err, "cannot read module")
-	}
-	if int64(len(b)) > limit {
-		return nil, toolerr.New(toolerr.ArtifactRefused, "module %s grew past the %d-byte cap while read", p, limit)
+		return nil, err
 	}
 	return &Module{Bytes: b, Digest: Digest(b), Source: p}, nil
 }

@@ -96,15 +96,19 @@ func (c *cache) has(d string, size int64) bool {
 // (it is removed, so it is fetched again).
 func (c *cache) openBlob(d string, size int64) (io.ReadCloser, error) {
 	p := c.blobPath(d)
-	f, err := os.Open(p)
+	f, err := OpenRegular(p)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
+			return nil, errNotCached
+		}
+		if errors.Is(err, ErrNotRegular) {
+			_ = os.Remove(p) // not ours: fetch the blob again
 			return nil, errNotCached
 		}
 		return nil, toolerr.Wrap(toolerr.ArtifactUnavailable, err, "cannot read the artifact cache")
 	}
 	st, err := f.Stat()
-	if err != nil || !st.Mode().IsRegular() || (size >= 0 && st.Size() != size) {
+	if err != nil || (size >= 0 && st.Size() != size) {
 		f.Close()
 		_ = os.Remove(p)
 		return nil, errNotCached
@@ -193,7 +197,7 @@ func (c *cache) moduleMemo(manifest, modulePath string) string {
 
 // lookupModule returns the module digest memoised for (manifest, modulePath).
 func (c *cache) lookupModule(manifest, modulePath string) (string, bool) {
-	b, err := os.ReadFile(c.moduleMemo(manifest, modulePath))
+	b, err := ReadRegular(c.moduleMemo(manifest, modulePath), 128)
 	if err != nil {
 		return "", false
 	}

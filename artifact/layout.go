@@ -53,12 +53,9 @@ func (s *layoutSource) readIndex() (*layoutIndex, error) {
 }
 
 func readCapped(p string, max int64) ([]byte, error) {
-	f, err := os.Open(p)
+	f, err := OpenRegular(p)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, toolerr.New(toolerr.ArtifactUnavailable, "%s does not exist", p)
-		}
-		return nil, toolerr.Wrap(toolerr.ArtifactUnavailable, err, "")
+		return nil, unavailable(p, err)
 	}
 	defer f.Close()
 	if st, err := f.Stat(); err == nil && st.Size() > max {
@@ -124,15 +121,18 @@ func (s *layoutSource) blob(_ context.Context, d string, size int64, progress fu
 
 func (s *layoutSource) open(d string, size, max int64, what string) (io.ReadCloser, error) {
 	p := s.blobPath(d)
-	f, err := os.Open(p)
+	f, err := OpenRegular(p)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, toolerr.New(toolerr.ArtifactUnavailable, "OCI layout %s lacks %s %s", s.dir, what, d)
 		}
+		if errors.Is(err, ErrNotRegular) {
+			return nil, toolerr.New(toolerr.ArtifactUnavailable, "OCI layout %s: %s %s is not a regular file", s.dir, what, d)
+		}
 		return nil, toolerr.Wrap(toolerr.ArtifactUnavailable, err, "")
 	}
 	st, err := f.Stat()
-	if err != nil || !st.Mode().IsRegular() {
+	if err != nil {
 		f.Close()
 		return nil, toolerr.New(toolerr.ArtifactUnavailable, "OCI layout %s: %s %s is not a regular file", s.dir, what, d)
 	}

@@ -1,0 +1,5 @@
+//go:build !unix
+
+package artifact
+
+const openNonblock = 0
