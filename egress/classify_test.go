@@ -93,7 +93,12 @@ func TestAddressAllowedExemptions(t *testing.T) {
 		{"224.0.0.1", false},
 	}
 	for _, c := range cases {
-		if _, got := s.AddressAllowed(netip.MustParseAddr(c.ip)); got != c.want {
+		ip := netip.MustParseAddr(c.ip)
+		// The entry that matched the destination: for an IP literal the IP
+		// or CIDR entry naming it; for a name, the name entry (which never
+		// exempts an address).
+		entry, _ := pol.Match(Origin{Scheme: "https", Host: Host{IP: ip}, Port: 443})
+		if _, got := s.AddressAllowed(entry, ip); got != c.want {
 			t.Errorf("AddressAllowed(%s) = %v, want %v", c.ip, got, c.want)
 		}
 	}

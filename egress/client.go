@@ -44,7 +44,8 @@ type Limits struct {
 	// MaxBodyBytes caps request plus response body bytes.
 	MaxBodyBytes int64
 	// MaxRequestHeaderBytes caps one request's header bytes (names and
-	// values, after secret substitution).
+	// values as the caller wrote them, secret placeholders unexpanded: a
+	// check on the substituted size would tell the caller a secret's length).
 	MaxRequestHeaderBytes int
 	// MaxResponseHeaderBytes caps one response's header bytes.
 	MaxResponseHeaderBytes int
@@ -107,7 +108,39 @@ type Options struct {
 	// Secret returns a declared secret's value for header substitution
 	// (see Request.Header); nil means no secrets.
 	Secret func(name string) (string, bool)
+	// SecretDestinations binds secrets to destinations: a secret named
+	// here is substituted only into requests whose origin one of its
+	// entries matches (besides the policy admitting it); a secret not
+	// named goes to any destination the allowlist admits.
+	SecretDestinations SecretDestinations
 }
+
+// SecretDestinations maps a secret name to the destinations it may be sent
+// to (`--secret-destination NAME=origin`), in the allowlist entry grammar.
+type SecretDestinations map[string][]Entry
+
+// ParseSecretDestinations parses NAME=entry specs, entry in the allowlist
+// grammar ([scheme://]host[:port]); specs for one name accumulate.
+func ParseSecretDestinations(specs []string) (SecretDestinations, error) {
+	out := SecretDestinations{}
+	for _, spec := range specs {
+		name, ent, ok := strings.Cut(spec, "=")
+		name = strings.TrimSpace(name)
+		if !ok || name == "" || strings.ContainsAny(name, "{} ") {
+			return nil, fmt.Errorf("secret destination %q: want NAME=[scheme://]host[:port]", spec)
+		}
+		e, err := ParseEntry(strings.TrimSpace(ent))
+		if err != nil {
+			return nil, fmt.Errorf("secret destination for %s: %w", name, err)
+		}
+		out[name] = append(out[name], e)
+	}
+	return out, nil
+}
+
+// maxPlaceholders caps the secret placeholders of one request: with the
+// size cap applied to the placeholder form, it bounds what substitution adds.
+const maxPlaceholders = 16
 
 // Session is the egress state of one invocation: its budgets, its open
 // responses, its connections and its audit trail. Requests of one session
@@ -126,6 +159,8 @@ type Session struct {
 	closed    bool
 	attempts  []Attempt
 	dropped   int
+
+	red redactor // values substituted so far
 }
 
 // NewSession starts the egress state of one invocation under policy p.
@@ -220,9 +255,12 @@ func (s *Session) update(i int, fn func(a *Attempt)) {
 //
 // A header value may contain placeholders "{{secret:NAME}}"; the session
 // replaces each with the value of secret NAME (Options.Secret) only when the
-// destination matched an allowlist entry, so the caller never holds the
-// value. Such headers are dropped on a cross-origin redirect, as are
-// Authorization, Cookie and Proxy-Authorization.
+// destination matched an allowlist entry and, when the operator bound NAME
+// to destinations (Options.SecretDestinations), one of those, so the caller
+// never holds the value. Such headers are dropped on a cross-origin
+// redirect, as are Authorization, Cookie and Proxy-Authorization. Every
+// value substituted is redacted, from then on, from what the session hands
+// back: response headers and bodies, error messages (see Session.Redact).
 type Request struct {
 	Method string
 	URL    string
@@ -296,7 +334,7 @@ func (s *Session) Do(ctx context.Context, r *Request) (*Response, error) {
 	fail := func(err error) (*Response, error) {
 		release()
 		cancel()
-		return nil, err
+		return nil, s.redactErr(err)
 	}
 	if len(body) > 0 && s.opts.Memory != nil {
 		if !s.opts.Memory.Reserve(int64(len(body))) {
@@ -329,7 +367,7 @@ func (s *Session) Do(ctx context.Context, r *Request) (*Response, error) {
 		}
 		a.RequestBytes = int64(len(body))
 		idx := s.record(a)
-		req, err := http.NewRequestWithContext(context.WithValue(rctx, attemptKey{}, attemptRef{s, idx}), method, u.String(), nil)
+		req, err := http.NewRequestWithContext(context.WithValue(rctx, attemptKey{}, attemptRef{s, idx, entry}), method, u.String(), nil)
 		if err != nil {
 			return fail(newErr(abi.ErrInvalid, "cannot build the request: %v", stripURLFromErr(err)))
 		}
@@ -341,14 +379,10 @@ func (s *Session) Do(ctx context.Context, r *Request) (*Response, error) {
 		}
 		req.Header = hdr.Clone()
 		if len(secretNames) > 0 {
-			if err := s.substitute(req.Header, secretNames); err != nil {
+			if err := s.substitute(req.Header, secretNames, origin); err != nil {
 				s.update(idx, func(a *Attempt) { a.Allowed, a.Reason = false, err.Msg })
 				return fail(err)
 			}
-		}
-		if n := headerBytes(req.Header); n > s.lim.MaxRequestHeaderBytes {
-			s.update(idx, func(a *Attempt) { a.Allowed, a.Reason = false, "request headers over budget" })
-			return fail(newErr(abi.ErrHeaderBudget, "the request headers are %d bytes, over the %d-byte cap", n, s.lim.MaxRequestHeaderBytes))
 		}
 		resp, err := s.transport.RoundTrip(req)
 		if err != nil {
@@ -408,8 +442,9 @@ func (s *Session) Do(ctx context.Context, r *Request) (*Response, error) {
 }
 
 type attemptRef struct {
-	s   *Session
-	idx int
+	s     *Session
+	idx   int
+	entry Entry // the allowlist entry that admitted the hop's origin
 }
 
 func isRedirect(code int) bool {
@@ -460,7 +495,7 @@ func (s *Session) buildHeader(in map[string]string) (http.Header, map[string]boo
 		names = append(names, k)
 	}
 	sort.Strings(names)
-	total := 0
+	total, placeholders := 0, 0
 	for _, k := range names {
 		v := in[k]
 		if !isToken(k) {
@@ -474,6 +509,10 @@ func (s *Session) buildHeader(in map[string]string) (http.Header, map[string]boo
 			return nil, nil, newErr(abi.ErrInvalid, "header %q has a CR, LF or NUL in its value", k)
 		}
 		total += len(k) + len(v) + 4
+		placeholders += strings.Count(v, "{{secret:")
+		if placeholders > maxPlaceholders {
+			return nil, nil, newErr(abi.ErrInvalid, "the request has more than %d secret placeholders", maxPlaceholders)
+		}
 		if total > s.lim.MaxRequestHeaderBytes {
 			return nil, nil, newErr(abi.ErrHeaderBudget, "the request headers are over the %d-byte cap", s.lim.MaxRequestHeaderBytes)
 		}
@@ -489,8 +528,10 @@ func (s *Session) buildHeader(in map[string]string) (http.Header, map[string]boo
 	return h, secretNames, nil
 }
 
-// substitute replaces secret placeholders in the named headers.
-func (s *Session) substitute(h http.Header, names map[string]bool) *Error {
+// substitute replaces secret placeholders in the named headers of a request
+// to o, after checking each secret's destination binding, and records the
+// values for redaction. Errors name secrets, never values or their lengths.
+func (s *Session) substitute(h http.Header, names map[string]bool, o Origin) *Error {
 	for name := range names {
 		v := h.Get(name)
 		var out strings.Builder
@@ -515,6 +556,19 @@ func (s *Session) substitute(h http.Header, names map[string]bool) *Error {
 			if strings.ContainsAny(val, "\r\n\x00") {
 				return newErr(abi.ErrInvalid, "secret %q cannot go in a header (it contains CR, LF or NUL)", secret)
 			}
+			if dests, bound := s.opts.SecretDestinations[secret]; bound {
+				ok := false
+				for _, e := range dests {
+					if e.matches(o) {
+						ok = true
+						break
+					}
+				}
+				if !ok {
+					return newErr(abi.ErrDenied, "secret %q may not be sent to %s: the operator binds it to other destinations", truncate(secret, 64), o)
+				}
+			}
+			s.red.add(secret, val)
 			out.WriteString(v[:i])
 			out.WriteString(val)
 			v = v[i+j+2:]
@@ -610,7 +664,7 @@ func (s *Session) dial(ctx context.Context, network, addr string) (net.Conn, err
 	var passed []netip.Addr
 	var denied []string
 	for _, ip := range addrs {
-		if c, ok := s.AddressAllowed(ip); ok {
+		if c, ok := s.AddressAllowed(ref.entry, ip); ok {
 			passed = append(passed, ip)
 		} else {
 			denied = append(denied, ip.String()+" ("+string(c)+")")
@@ -643,15 +697,17 @@ func (s *Session) dial(ctx context.Context, network, addr string) (net.Conn, err
 	return nil, lastErr
 }
 
-// AddressAllowed reports whether the session may connect to ip: a public
-// address, or one the policy names in an IP or CIDR entry, or one inside an
+// AddressAllowed reports whether the session may connect to ip for a
+// destination that entry admitted (Policy.Match): a public address, or one
+// that entry itself names (an IP or CIDR entry, so only for that entry's
+// scheme and port, never for a name another entry admits), or one inside an
 // operator allow-range. It returns the address class either way.
-func (s *Session) AddressAllowed(ip netip.Addr) (Class, bool) {
+func (s *Session) AddressAllowed(entry Entry, ip netip.Addr) (Class, bool) {
 	c := Classify(ip)
 	if c == ClassPublic {
 		return c, true
 	}
-	if s.policy.namesAddress(ip) {
+	if entry.namesAddress(ip) {
 		return c, true
 	}
 	for _, p := range s.opts.AllowRanges {
@@ -680,6 +736,13 @@ type Response struct {
 	closed   bool
 	closing  atomic.Bool
 	mu       sync.Mutex
+
+	// Redaction state: raw bytes that may begin a secret (carry), redacted
+	// bytes not yet delivered (ready), and the memory held for both.
+	carry, ready []byte
+	scratch      []byte
+	held         int64
+	eof          bool
 }
 
 func (s *Session) newResponse(resp *http.Response, idx int, cancel context.CancelFunc, reserved int64) (*Response, error) {
@@ -689,11 +752,12 @@ func (s *Session) newResponse(resp *http.Response, idx int, cancel context.Cance
 			discard(resp.Body)
 			cancel()
 			s.opts.Memory.Release(reserved)
-			return nil, newErr(abi.ErrMemoryBudget, "response headers of %d bytes do not fit in the memory budget", hb)
+			// No size: the headers may reflect a secret.
+			return nil, newErr(abi.ErrMemoryBudget, "the response headers do not fit in the memory budget")
 		}
 		reserved += int64(hb)
 	}
-	r := &Response{Status: resp.StatusCode, Header: resp.Header, HeaderBytes: hb, s: s, body: resp.Body, cancel: cancel, reserved: reserved, idx: idx}
+	r := &Response{Status: resp.StatusCode, Header: s.red.header(resp.Header), HeaderBytes: hb, s: s, body: resp.Body, cancel: cancel, reserved: reserved, idx: idx}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -712,17 +776,89 @@ const readProbe = 1
 // Read reads body bytes into p. It returns io.EOF at the end, and an *Error
 // when a budget runs out (ErrBodyBudget, ErrMemoryBudget), on timeout
 // (ErrTimeout) or on a network failure (ErrUnavailable).
+//
+// Once the session substituted a secret, the body is redacted as it
+// streams: every occurrence of a substituted value (RedactedMarker), also
+// across read boundaries, for which Read holds back the bytes that could
+// begin one. A body that ends or fails in the middle of a possible
+// occurrence never delivers that tail. Budgets count the bytes received.
 func (r *Response) Read(p []byte) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
 		return 0, newErr(abi.ErrBadHandle, "the response is closed")
 	}
-	if r.err != nil {
-		return 0, r.err
-	}
 	if len(p) == 0 {
 		return 0, nil
+	}
+	for {
+		if len(r.ready) > 0 {
+			n := copy(p, r.ready)
+			r.ready = r.ready[n:]
+			r.hold()
+			return n, nil
+		}
+		if r.err != nil {
+			return 0, r.err
+		}
+		if r.eof {
+			return 0, io.EOF
+		}
+		pats, maxLen := r.s.red.snapshot()
+		if len(pats) == 0 && len(r.carry) == 0 {
+			n, err := r.rawRead(p)
+			if err == io.EOF {
+				r.eof = true
+			}
+			return n, err
+		}
+		if len(r.scratch) < len(p) {
+			r.scratch = make([]byte, min(len(p), 64<<10))
+		}
+		n, err := r.rawRead(r.scratch[:min(len(p), len(r.scratch))])
+		r.carry = append(r.carry, r.scratch[:n]...)
+		if err != nil && err != io.EOF {
+			// A possible start of a secret is never delivered.
+			r.carry = nil
+			r.hold()
+			return 0, err
+		}
+		final := err == io.EOF
+		var used int
+		r.ready, used = redactInto(nil, r.carry, pats, maxLen, final)
+		r.carry = append(r.carry[:0], r.carry[used:]...)
+		if final {
+			r.eof, r.carry = true, nil
+		}
+		if e := r.hold(); e != nil {
+			r.ready = nil
+			return 0, e
+		}
+	}
+}
+
+// hold keeps the memory reservation equal to the redaction buffers.
+func (r *Response) hold() *Error {
+	want := int64(len(r.carry) + len(r.ready))
+	m := r.s.opts.Memory
+	switch {
+	case m == nil:
+	case want > r.held:
+		if !m.Reserve(want - r.held) {
+			r.err = newErr(abi.ErrMemoryBudget, "the response body's redaction buffer does not fit in the memory budget")
+			return r.err
+		}
+	case want < r.held:
+		m.Release(r.held - want)
+	}
+	r.held = want
+	return nil
+}
+
+// rawRead reads received body bytes into p under the session's budgets.
+func (r *Response) rawRead(p []byte) (int, error) {
+	if r.err != nil {
+		return 0, r.err
 	}
 	s := r.s
 	s.mu.Lock()
@@ -787,9 +923,10 @@ func (r *Response) Close() error {
 	r.mu.Lock()
 	r.closed = true
 	r.mu.Unlock()
-	if r.s.opts.Memory != nil && r.reserved > 0 {
-		r.s.opts.Memory.Release(r.reserved)
+	if r.s.opts.Memory != nil && r.reserved+r.held > 0 {
+		r.s.opts.Memory.Release(r.reserved + r.held)
 	}
+	r.carry, r.ready, r.held = nil, nil, 0
 	r.s.mu.Lock()
 	delete(r.s.open, r)
 	r.s.mu.Unlock()
@@ -804,4 +941,22 @@ func (r *Response) HeadersMap() map[string]string {
 		out[strings.ToLower(k)] = strings.Join(vs, ", ")
 	}
 	return out
+}
+
+// Redact returns msg with every secret value the session substituted (and
+// its common encodings) replaced by RedactedMarker: callers pass anything
+// derived from a response or an error through it before showing it.
+func (s *Session) Redact(msg string) string { return s.red.String(msg) }
+
+// redactErr redacts the message of an *Error.
+func (s *Session) redactErr(err error) error {
+	var e *Error
+	if errors.As(err, &e) {
+		if m := s.red.String(e.Msg); m != e.Msg {
+			c := *e
+			c.Msg = m
+			return &c
+		}
+	}
+	return err
 }

@@ -163,7 +163,12 @@ func TestAttackTable(t *testing.T) {
 		{"name resolving to 0.0.0.0", "unrestricted", nil, nil, "http://zero.example/", nil, abi.ErrDenied, nil},
 		{"name resolving to multicast", "unrestricted", nil, nil, "http://multicast.example/", nil, abi.ErrDenied, nil},
 		{"name resolving to IPv6 link-local", "unrestricted", nil, nil, "http://linklocal6.example/", nil, abi.ErrDenied, nil},
-		{"private address named by a CIDR entry", "allowlist", []string{"private.example", "10.0.0.0/8"}, nil, "http://private.example/", nil, 0, []string{"10.1.2.3:80"}},
+		// F09: a CIDR entry admits its addresses only as destinations it
+		// matches itself (IP literals, its scheme and port), never for a
+		// name another entry admits.
+		{"private address named by a CIDR entry, reached by a name", "allowlist", []string{"private.example", "10.0.0.0/8"}, nil, "http://private.example/", nil, abi.ErrDenied, nil},
+		{"private address named by a CIDR entry, as a literal", "allowlist", []string{"private.example", "10.0.0.0/8"}, nil, "http://10.1.2.3/", nil, 0, []string{"10.1.2.3:80"}},
+		{"private address named by a CIDR entry, other port", "allowlist", []string{"10.0.0.0/8"}, nil, "http://10.1.2.3:8080/", nil, abi.ErrDenied, nil},
 		{"private address not named", "allowlist", []string{"private.example"}, nil, "http://private.example/", nil, abi.ErrDenied, nil},
 		{"mixed answers: only the public address is dialled", "unrestricted", nil, nil, "http://mixed.example/", nil, 0, []string{"93.184.216.36:80"}},
 		{"userinfo trick", "allowlist", []string{"api.example.com"}, nil, "http://api.example.com@evil.example/", nil, abi.ErrInvalid, nil},

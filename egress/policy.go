@@ -381,6 +381,9 @@ func (p *Policy) Match(o Origin) (Entry, bool) {
 	return Entry{}, false
 }
 
+// Matches reports whether the entry admits origin o (scheme, host and port).
+func (e Entry) Matches(o Origin) bool { return e.matches(o) }
+
 func (e Entry) matches(o Origin) bool {
 	switch o.Scheme {
 	case "http":
@@ -417,7 +420,9 @@ func (e Entry) matches(o Origin) bool {
 	return o.Host.Name == e.name
 }
 
-// addressAllowed reports whether the policy names ip in an IP or CIDR entry.
+// namesAddress reports whether any IP or CIDR entry of the policy names ip.
+// It is not a permission: a denied-class address is admitted only by the
+// entry that matched the destination (Session.AddressAllowed).
 func (p *Policy) namesAddress(ip netip.Addr) bool {
 	for _, e := range p.entries {
 		if e.namesAddress(ip) {
