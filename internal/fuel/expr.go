@@ -91,18 +91,14 @@ func scanExpr(r *reader, visit func(k opKind, start, end int)) error {
 				return e
 			}
 			err = r.u32s(int(n) + 1)
-		case op == 0x1c: // select t*
-			n, e := r.count(1)
-			if e != nil {
-				return e
-			}
-			for i := uint32(0); i < n && err == nil; i++ {
+		case op == 0x1c: // select t*: wazero takes exactly the byte 0x01, then one type byte
+			if err = r.selectCount(); err == nil {
 				err = r.valtype()
 			}
 		case op >= 0x28 && op <= 0x3e:
 			err = r.memarg()
-		case op == 0x3f, op == 0x40: // memory.size, memory.grow
-			err = r.u32s(1)
+		case op == 0x3f, op == 0x40: // memory.size, memory.grow: memory 0, one byte
+			err = r.zeroByte()
 		case op == 0x41:
 			_, err = r.sleb(32)
 		case op == 0x42:
@@ -156,42 +152,99 @@ func (r *reader) u32s(n int) error {
 	return nil
 }
 
+// memarg reads a memory argument as wazero v1.12 does (readMemArg in its
+// validator and wazevo frontend): an alignment u32 below 32 and an offset
+// u32. wazero has no multi-memory: the 0x40 bit the spec uses to announce a
+// memory index makes the alignment 32 or more, which wazero refuses, and so
+// does the pass.
 func (r *reader) memarg() error {
-	flags, err := r.u32()
+	align, err := r.u32()
 	if err != nil {
 		return err
 	}
-	if flags&0x40 != 0 { // multi-memory: a memory index follows
-		if _, err := r.u32(); err != nil {
-			return err
-		}
+	if align >= 32 {
+		return r.errf(ErrUnsupported, "memory alignment %d (multi-memory)", align)
 	}
-	_, err = r.uleb(64)
+	_, err = r.u32()
 	return err
 }
 
+// zeroByte reads a reserved memory index: wazero requires the single byte
+// 0x00 (and the wazevo frontend skips exactly one byte).
+func (r *reader) zeroByte() error {
+	c, err := r.byte()
+	if err == nil && c != 0 {
+		r.off--
+		return r.errf(ErrUnsupported, "reserved memory index byte 0x%02x", c)
+	}
+	return err
+}
+
+// subOpcode reads the opcode after a prefix byte as ONE byte, as wazero
+// v1.12 reads the 0xfd and 0xfe prefixes, and refuses a byte with the
+// continuation bit except as allowed by the caller: where the spec's LEB128
+// reading and wazero's single byte could differ, the module is refused.
+func (r *reader) subOpcode() (byte, error) { return r.byte() }
+
+// prefixFC reads a 0xfc instruction. wazero reads its sub-opcode as a
+// LEB128 u32 (and so does the spec); the pass accepts only the minimal,
+// one-byte encoding, so no padded encoding can be read two ways.
 func (r *reader) prefixFC() error {
-	sub, err := r.u32()
+	sub, err := r.subOpcode()
 	if err != nil {
 		return err
 	}
 	switch {
 	case sub <= 7: // saturating truncations
 		return nil
-	case sub == 8, sub == 10, sub == 12, sub == 14: // memory.init, memory.copy, table.init, table.copy
+	case sub == 8: // memory.init: data index, memory 0
+		if _, err := r.u32(); err != nil {
+			return err
+		}
+		return r.zeroByte()
+	case sub == 10: // memory.copy: memory 0, memory 0
+		if err := r.zeroByte(); err != nil {
+			return err
+		}
+		return r.zeroByte()
+	case sub == 11: // memory.fill: memory 0
+		return r.zeroByte()
+	case sub == 12, sub == 14: // table.init, table.copy
 		return r.u32s(2)
-	case sub <= 17: // data.drop, memory.fill, elem.drop, table.grow/size/fill
+	case sub <= 17: // data.drop, elem.drop, table.grow/size/fill
 		return r.u32s(1)
 	}
-	return r.errf(ErrUnsupported, "opcode 0xfc %d", sub)
+	r.off--
+	return r.errf(ErrUnsupported, "opcode 0xfc 0x%02x", sub)
 }
 
+// prefixFD reads a 0xfd (SIMD) instruction. wazero v1.12 reads the
+// sub-opcode as ONE byte (its validator and the wazevo frontend), the spec
+// as a LEB128 u32. They agree on sub-opcodes below 0x80. For 0x80–0xff the
+// spec's two-byte encoding is the byte followed by 0x01, which wazero reads
+// as the opcode and then a nop: the pass takes both bytes as the
+// instruction (the nop is free and opens nothing) and refuses any other byte
+// after it, which the two would read differently (F12: fd 8c 00 is
+// i16x8.shr_s; unreachable to wazero and v128.const to the spec).
 func (r *reader) prefixFD() error {
-	sub, err := r.u32()
+	sub, err := r.subOpcode()
 	if err != nil {
 		return err
 	}
 	switch {
+	case sub >= 0x80:
+		if invalidSIMD[sub] {
+			break
+		}
+		c, err := r.byte()
+		if err != nil {
+			return err
+		}
+		if c != 0x01 {
+			r.off -= 2
+			return r.errf(ErrUnsupported, "SIMD opcode 0xfd 0x%02x 0x%02x, which wazero and the spec read differently", sub, c)
+		}
+		return nil
 	case sub <= 11, sub == 92, sub == 93: // loads, stores
 		return r.memarg()
 	case sub == 12, sub == 13: // v128.const, i8x16.shuffle
@@ -206,14 +259,18 @@ func (r *reader) prefixFD() error {
 		}
 		_, err = r.byte()
 		return err
-	case sub < 256 && !invalidSIMD[sub]:
+	case !invalidSIMD[sub]:
 		return nil
 	}
-	return r.errf(ErrUnsupported, "opcode 0xfd %d", sub)
+	r.off--
+	return r.errf(ErrUnsupported, "opcode 0xfd 0x%02x", sub)
 }
 
+// prefixFE reads a 0xfe (atomic) instruction. wazero reads the sub-opcode
+// as one byte; every atomic opcode is below 0x80, where that is the spec's
+// minimal LEB128, and anything else is refused.
 func (r *reader) prefixFE() error {
-	sub, err := r.u32()
+	sub, err := r.subOpcode()
 	if err != nil {
 		return err
 	}
@@ -227,7 +284,19 @@ func (r *reader) prefixFE() error {
 		}
 		return err
 	}
-	return r.errf(ErrUnsupported, "opcode 0xfe %d", sub)
+	r.off--
+	return r.errf(ErrUnsupported, "opcode 0xfe 0x%02x", sub)
+}
+
+// selectCount reads select's type count, which wazero requires to be the single
+// byte 0x01.
+func (r *reader) selectCount() error {
+	c, err := r.byte()
+	if err == nil && c != 0x01 {
+		r.off--
+		return r.errf(ErrUnsupported, "select with %#x types", c)
+	}
+	return err
 }
 
 // valtype reads a value type the pass understands.
