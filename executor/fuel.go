@@ -2,11 +2,8 @@ package executor
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
@@ -26,65 +23,7 @@ import (
 // know) runs on a runtime with WithCloseOnContextDone instead: that is the
 // only place close-on-context-done remains.
 
-type fuelKey struct {
-	digest  [sha256.Size]byte
-	version int
-}
-
-type fuelEntry struct {
-	out []byte
-	err error
-}
-
-// instrument returns bin metered, from the executor's caches when they have
-// it: in memory, then on disk beside the compilation cache (a private
-// directory, like it), keyed by the input's digest and the pass version. A
-// disk entry is written atomically (temporary file, then rename), so a crash
-// never leaves a partial module behind.
-func (e *Executor) instrument(bin []byte) ([]byte, error) {
-	key := fuelKey{sha256.Sum256(bin), fuel.Version}
-	if v, ok := e.fuelCache.Load(key); ok {
-		ent := v.(fuelEntry)
-		return ent.out, ent.err
-	}
-	var path string
-	if e.fuelDir != "" {
-		path = filepath.Join(e.fuelDir, fmt.Sprintf("v%d-%x.wasm", key.version, key.digest))
-		if out, err := os.ReadFile(path); err == nil && len(out) > 8 {
-			e.fuelCache.Store(key, fuelEntry{out, nil})
-			return out, nil
-		}
-	}
-	out, _, err := fuel.Instrument(bin)
-	e.fuelCache.Store(key, fuelEntry{out, err})
-	if err == nil && path != "" {
-		_ = writeAtomic(path, out) // a cache: failing to write only costs the next process a rerun
-	}
-	return out, err
-}
-
-func writeAtomic(path string, b []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
-}
+// The cache of instrumented modules (instrument) is in fuelcache.go.
 
 // metering is one instance's fuel meter, or nil for an unmetered module.
 type metering struct {

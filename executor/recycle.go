@@ -63,17 +63,26 @@ type snapshot struct {
 	dirty   api.MutableGlobal
 }
 
-// recyclable reports whether t's instances may be reset and reused.
+// recyclable reports whether t's instances may be reset and reused: only
+// when the pass's own verdict, kept with the compiled module (fuelcache.go),
+// says the module is resettable. Nothing the module exports is consulted for
+// that decision: a module may export any name the pass does not reserve for
+// it.
 func (t *Tool) recyclable() bool {
-	return t.metered && t.poolable() && t.posture == manifest.PostureContextIsolated &&
+	return t.metered && t.verdict.resettable && t.poolable() && t.posture == manifest.PostureContextIsolated &&
 		!t.exec.cfg.deterministic && !t.exec.cfg.noRecycle
 }
 
 // save records mod's state for recycling, or returns nil when the pass did
-// not make the module resettable.
-func save(mod api.Module) *snapshot {
+// not make the module resettable. It reads exactly the exports the pass
+// added to a module it found resettable (v): the dirty flag and v.globals
+// mutable globals, names the pass refuses in such a module's own exports.
+func save(mod api.Module, v passVerdict) *snapshot {
+	if !v.resettable {
+		return nil
+	}
 	dirty, ok := mod.ExportedGlobal(fuel.DirtyExport).(api.MutableGlobal)
-	if !ok {
+	if !ok || dirty.Type() != api.ValueTypeI32 {
 		return nil
 	}
 	// What _initialize changed in the host is part of the state a reset
@@ -81,10 +90,10 @@ func save(mod api.Module) *snapshot {
 	// dirty.
 	dirty.Set(0)
 	s := &snapshot{dirty: dirty}
-	for k := 0; ; k++ {
+	for k := 0; k < v.globals; k++ {
 		g, ok := mod.ExportedGlobal(fuel.GlobalSnapshotExport + strconv.Itoa(k)).(api.MutableGlobal)
 		if !ok {
-			break
+			return nil // not the module the pass produced
 		}
 		s.globals = append(s.globals, g)
 		s.values = append(s.values, g.Get())

@@ -45,7 +45,8 @@ type Tool struct {
 	compiled wazero.CompiledModule
 	style    Style
 	hasInit  bool
-	metered  bool // instrumented with fuel checks (fuel.go); else close-on-context-done
+	metered  bool        // instrumented with fuel checks (fuel.go); else close-on-context-done
+	verdict  passVerdict // the pass's verdict kept with the module (fuelcache.go)
 
 	httpSpec *httpSpec // declarative HTTP tool (httptool.go); nil for Wasm tools
 
@@ -70,8 +71,8 @@ func (e *Executor) newTool(ctx context.Context, mt *manifest.Tool, mod *artifact
 	}
 	// Meter the module (fuel.go); a module the pass refuses falls back to
 	// close-on-context-done.
-	if metered, ferr := e.instrument(bin); ferr == nil {
-		bin, t.metered = metered, true
+	if metered, verdict, ferr := e.instrument(bin); ferr == nil {
+		bin, t.metered, t.verdict = metered, true, verdict // fuelcache.go
 	}
 	// Every tool gets its own runtime (its own store and host modules); the
 	// compilation cache — compiled code only — is shared.
@@ -443,7 +444,7 @@ func (t *Tool) newInstance(ctx context.Context, env map[string]string, stdout, s
 	}
 	in.mod, in.handle = mod, mod.ExportedFunction(abi.ExportHandle)
 	if len(env) == 0 && t.recyclable() {
-		in.snap = save(mod)
+		in.snap = save(mod, t.verdict)
 	}
 	return in, nil
 }

@@ -34,6 +34,18 @@ const (
 	DefaultDrainTimeout = 8 * time.Second
 	// DefaultMaxConcurrency is the global concurrency cap when none is set.
 	DefaultMaxConcurrency = 16
+	// DefaultBodyBudget bounds the memory of request bodies being received
+	// and parsed at once, across all connections (see Options.BodyBudget).
+	DefaultBodyBudget = 128 << 20
+	// DefaultBodyTimeout bounds how long a request body may take to arrive,
+	// whatever kindgi-timeout-ms says (see Options.BodyTimeout).
+	DefaultBodyTimeout = 30 * time.Second
+	// UnknownToolLabel is the one metrics label every tool id that is not in
+	// the serving catalog is counted under, so callers cannot mint series.
+	UnknownToolLabel = "_unknown"
+	// MaxLoggedIDBytes bounds a caller-chosen id (tool, check, tenant, run,
+	// request) in process events; longer ones are cut and marked.
+	MaxLoggedIDBytes = 256
 )
 
 // Header names.
@@ -68,6 +80,18 @@ type Options struct {
 	PerToolConcurrency int
 	// DrainTimeout bounds the wait for in-flight calls on drain (default 8 s).
 	DrainTimeout time.Duration
+	// BodyBudget bounds the bytes held for invoke bodies at once, across all
+	// connections (default DefaultBodyBudget). A body is charged twice its
+	// length (the body and the input copied out of it) BEFORE it is read,
+	// from its Content-Length, or chunk by chunk for a chunked body, and
+	// the charge is held until the call is over. A body that does not fit
+	// is refused with 503 + Retry-After without being read.
+	BodyBudget int64
+	// BodyTimeout bounds the time a body may take to arrive, independently
+	// of kindgi-timeout-ms (default DefaultBodyTimeout); the call's own
+	// deadline applies too when it is earlier. Past it the call is answered
+	// deadline-exceeded and the connection closed.
+	BodyTimeout time.Duration
 	// EnvCheckWarn keeps the service ready while required env names of the
 	// pack index are missing (they are still listed in /v1/info).
 	EnvCheckWarn bool
@@ -92,6 +116,7 @@ type Server struct {
 	reloadMu sync.Mutex
 
 	adm     admission
+	bodies  byteBudget
 	metrics *metrics
 
 	lifeMu   sync.Mutex
@@ -135,6 +160,12 @@ func New(ctx context.Context, exec *executor.Executor, src Source, opts Options)
 	if opts.DrainTimeout <= 0 {
 		opts.DrainTimeout = DefaultDrainTimeout
 	}
+	if opts.BodyBudget <= 0 {
+		opts.BodyBudget = DefaultBodyBudget
+	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = DefaultBodyTimeout
+	}
 	lg := opts.Log
 	if lg == nil {
 		lg = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -143,6 +174,7 @@ func New(ctx context.Context, exec *executor.Executor, src Source, opts Options)
 		exec: exec, src: src, opts: opts, log: lg,
 		tokenSum: sha256.Sum256([]byte(opts.Token)),
 		adm:      admission{slots: make(chan struct{}, opts.MaxConcurrency), queueCap: int64(opts.QueueSize)},
+		bodies:   byteBudget{limit: opts.BodyBudget},
 		metrics:  newMetrics(),
 	}
 	cat, problems := loadCatalog(ctx, exec, src, opts.PerToolConcurrency)
@@ -521,10 +553,10 @@ type callRecord struct {
 }
 
 func (s *Server) record(rec *callRecord) {
-	attrs := []any{"id", rec.id, "target", rec.target, "outcome", rec.outcome,
-		"durationMs", time.Since(rec.start).Milliseconds(), "tenantId", rec.cc.TenantID, "runId", rec.cc.RunID}
+	attrs := []any{"id", clipID(rec.id), "target", rec.target, "outcome", rec.outcome,
+		"durationMs", time.Since(rec.start).Milliseconds(), "tenantId", clipID(rec.cc.TenantID), "runId", clipID(rec.cc.RunID)}
 	if rec.cc.RequestID != "" {
-		attrs = append(attrs, "requestId", rec.cc.RequestID)
+		attrs = append(attrs, "requestId", clipID(rec.cc.RequestID))
 	}
 	if rec.traceID != "" {
 		attrs = append(attrs, "traceId", rec.traceID, "spanId", rec.spanID)
@@ -605,12 +637,27 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		transportError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes", MaxBodyBytes))
 		return
 	}
-	// The caller's deadline covers receiving the body too (a trickling
-	// client cannot hold an accepted call forever); it is lifted once the
-	// body is in, so that a disconnect can still be noticed.
+	// The body is charged to the byte budget before it is read, and the
+	// charge is held while the call lasts (the guest's run included, which
+	// may outlive this handler): memory for bodies in flight never passes
+	// the budget, however many connections send them.
+	br := &bodyReader{budget: &s.bodies}
+	var releaseOnce sync.Once
+	releaseBody := func() { releaseOnce.Do(func() { s.bodies.release(br.held) }) }
+	guestOwnsBody := false
+	defer func() {
+		if !guestOwnsBody {
+			releaseBody()
+		}
+	}()
+	// The body must arrive by its own deadline (BodyTimeout), or the
+	// call's when that is earlier: a trickling client cannot hold an
+	// accepted call and its budget for long. It is lifted once the body is
+	// in, so that a disconnect can still be noticed.
+	bodyBy, byCall := s.bodyDeadline(start, deadline)
 	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(deadline)
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	_ = rc.SetReadDeadline(bodyBy)
+	body, err := br.read(r)
 	_ = rc.SetReadDeadline(time.Time{})
 	c := s.current()
 	defer c.release()
@@ -620,10 +667,15 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Connection", "close")
 		var mbe *http.MaxBytesError
 		switch {
-		case errors.As(err, &mbe):
+		case errors.Is(err, errOverBudget):
+			s.metrics.reject("body-budget")
+			transportError(w, http.StatusServiceUnavailable, "over capacity: request bodies in flight are at the byte budget")
+		case errors.Is(err, errTooLarge) || errors.As(err, &mbe):
 			transportError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes", MaxBodyBytes))
-		case errors.Is(err, os.ErrDeadlineExceeded) || !time.Now().Before(deadline):
+		case byCall && (errors.Is(err, os.ErrDeadlineExceeded) || !time.Now().Before(deadline)):
 			s.answer(w, c, start, protoErr(WireDeadlineExceeded, "the %d ms deadline passed while the request body was still arriving", timeout.Milliseconds()), nil, "")
+		case errors.Is(err, os.ErrDeadlineExceeded) || !time.Now().Before(bodyBy):
+			s.answer(w, c, start, protoErr(WireDeadlineExceeded, "the request body did not arrive within %d ms (the body deadline)", s.opts.BodyTimeout.Milliseconds()), nil, "")
 		default:
 			// The client went away mid-body: nothing ran, nobody to answer.
 		}
@@ -645,6 +697,13 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		inv.ctx.RequestID = r.Header.Get(HeaderRequestID)
 	}
 	rec := &callRecord{id: inv.toolID, target: "tool", start: start, cc: inv.ctx, traceID: traceID, spanID: spanID}
+	body = nil // parsed: what the call needs lives in inv
+	// Metrics series exist only for tools of the serving catalog: any
+	// other id a caller sends is counted under one label.
+	mid := UnknownToolLabel
+	if _, ok := c.tools[inv.toolID]; ok {
+		mid = inv.toolID
+	}
 	fail := func(e wireError, usage *executor.Usage, callID string) {
 		rec.outcome = string(e.Code)
 		if e.Cause != nil {
@@ -654,7 +713,7 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		}
 		s.answer(w, c, start, e, usage, callID)
 		s.record(rec)
-		s.metrics.call(inv.toolID, rec.outcome, time.Since(start).Seconds(), usage != nil, usageCPU(usage), usagePeak(usage))
+		s.metrics.call(mid, rec.outcome, time.Since(start).Seconds(), usage != nil, usageCPU(usage), usagePeak(usage))
 	}
 	e, ok := c.tools[inv.toolID]
 	if !ok {
@@ -694,7 +753,7 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		default:
 			rec.outcome = string(WireCancelled)
 			s.record(rec)
-			s.metrics.call(inv.toolID, rec.outcome, time.Since(start).Seconds(), false, 0, 0)
+			s.metrics.call(mid, rec.outcome, time.Since(start).Seconds(), false, 0, 0)
 		}
 		return
 	}
@@ -710,6 +769,7 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 	}
 	done := make(chan outcome, 1)
 	c.hold() // the guest may outlive this handler (answered at the deadline)
+	guestOwnsBody = true
 	s.guests.Add(1)
 	s.activeGuests.Add(1)
 	go func() {
@@ -721,6 +781,7 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 			defer func() {
 				s.adm.leave()
 				<-e.inflight
+				releaseBody()
 				c.release()
 				s.activeGuests.Add(-1)
 				s.guests.Done()
@@ -752,13 +813,13 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 	if o.res != nil {
 		u := o.res.Usage
 		usage = &u
-		s.metrics.egressAttempts(inv.toolID, o.res.Egress)
+		s.metrics.egressAttempts(mid, o.res.Egress)
 	}
 	if o.err == nil {
 		rec.outcome = "ok"
 		s.answer(w, c, start, wireResult{V: ProtocolVersion, Kind: "result", Output: o.res.Output}, usage, callID)
 		s.record(rec)
-		s.metrics.call(inv.toolID, rec.outcome, time.Since(start).Seconds(), true, usageCPU(usage), usagePeak(usage))
+		s.metrics.call(mid, rec.outcome, time.Since(start).Seconds(), true, usageCPU(usage), usagePeak(usage))
 		return
 	}
 	te := toolerr.As(o.err).WithTool(inv.toolID)
@@ -767,7 +828,7 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		rec.outcome, rec.code = "internal-error", string(te.Code)
 		s.internal(w, c, te)
 		s.record(rec)
-		s.metrics.call(inv.toolID, rec.outcome, time.Since(start).Seconds(), usage != nil, usageCPU(usage), usagePeak(usage))
+		s.metrics.call(mid, rec.outcome, time.Since(start).Seconds(), usage != nil, usageCPU(usage), usagePeak(usage))
 		return
 	}
 	fail(we, usage, callID)

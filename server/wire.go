@@ -347,19 +347,19 @@ func parseCallContext(raw json.RawMessage, cc *executor.CallContext) string {
 }
 
 // strictUnmarshal decodes exactly one JSON value (trailing data refused).
+// json.Unmarshal checks the whole input first and decodes in place: no
+// second buffer of the body's size (a json.Decoder would copy it).
 func strictUnmarshal(b []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	if err := dec.Decode(v); err != nil {
-		return err
+	return json.Unmarshal(b, v)
+}
+
+// clipID bounds a caller-chosen id written to a process event: at most
+// MaxLoggedIDBytes bytes of it, then a marker with the full length.
+func clipID(s string) string {
+	if len(s) <= MaxLoggedIDBytes {
+		return s
 	}
-	if dec.More() {
-		return fmt.Errorf("data after the JSON value")
-	}
-	var extra json.RawMessage
-	if err := dec.Decode(&extra); err == nil {
-		return fmt.Errorf("data after the JSON value")
-	}
-	return nil
+	return strings.ToValidUTF8(s[:MaxLoggedIDBytes], "") + fmt.Sprintf("…(%d bytes)", len(s))
 }
 
 // clip shortens caller-supplied text echoed in a message.

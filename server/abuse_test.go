@@ -1,0 +1,280 @@
+package server_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"runtime"
+	"runtime/metrics"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/server"
+)
+
+// heapSampler records the peak of the Go heap's live objects while it runs
+// (sampled every millisecond), relative to the level when it started.
+type heapSampler struct {
+	base uint64
+	stop chan struct{}
+	done chan uint64
+}
+
+func heapObjects() uint64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+func startHeapSampler() *heapSampler {
+	runtime.GC()
+	h := &heapSampler{base: heapObjects(), stop: make(chan struct{}), done: make(chan uint64, 1)}
+	go func() {
+		var peak uint64
+		tk := time.NewTicker(time.Millisecond)
+		defer tk.Stop()
+		for {
+			peak = max(peak, heapObjects())
+			select {
+			case <-h.stop:
+				h.done <- peak
+				return
+			case <-tk.C:
+			}
+		}
+	}()
+	return h
+}
+
+// peakDelta stops the sampler and returns the peak growth in bytes.
+func (h *heapSampler) peakDelta() int64 {
+	close(h.stop)
+	return int64(<-h.done) - int64(h.base)
+}
+
+// F15: unknown tool ids are one metrics series, and ids are cut in call
+// records, so a caller cannot grow the process or /metrics with them.
+func TestF15MetricsToolIDCardinality(t *testing.T) {
+	ts := start(t, server.StaticSource{Tools: []server.StaticTool{echoTool()}}, server.Options{})
+	ts.invoke(t, invokeBody("acme.echo", `{"message":"x"}`))
+	const n, size = 200, 100_000
+	runtime.GC()
+	before := heapObjects()
+	for i := range n {
+		id := fmt.Sprintf("%06d-", i) + strings.Repeat("x", size)
+		r := ts.invoke(t, invokeBody(id, `{}`))
+		wantError(t, r, "tool-not-in-pack")
+	}
+	r, err := do(t, context.Background(), http.MethodGet, ts.url+"/metrics", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runtime.GC()
+	after := heapObjects()
+	growth := int64(after) - int64(before)
+	labels := map[string]bool{}
+	for _, m := range regexp.MustCompile(`tool="([^"]*)"`).FindAllStringSubmatch(string(r.body), -1) {
+		labels[m[1]] = true
+	}
+	t.Logf("%d unknown ids of %d bytes: /metrics %d bytes, %d tool labels %v, heap growth %d KiB",
+		n, size, len(r.body), len(labels), keys(labels), growth>>10)
+	if len(labels) != 2 || !labels["acme.echo"] || !labels[server.UnknownToolLabel] {
+		t.Errorf("tool labels %v, want acme.echo and %s only", keys(labels), server.UnknownToolLabel)
+	}
+	if len(r.body) > 64<<10 {
+		t.Errorf("/metrics is %d bytes after unknown ids", len(r.body))
+	}
+	if want := fmt.Sprintf(`sandboxd_invocations_total{tool=%q,outcome="tool-not-in-pack"} %d`, server.UnknownToolLabel, n); !strings.Contains(string(r.body), want) {
+		t.Errorf("metrics lack %q", want)
+	}
+	// 200 ids of 100 KB are 20 MB; what stays must not scale with them.
+	if growth > 4<<20 {
+		t.Errorf("heap grew %d bytes after %d unknown ids", growth, n)
+	}
+	calls := ts.logs.records(t, "call")
+	for _, c := range calls {
+		id, _ := c["id"].(string)
+		if len(id) > server.MaxLoggedIDBytes+32 {
+			t.Fatalf("call record id of %d bytes", len(id))
+		}
+	}
+	if last, _ := calls[len(calls)-1]["id"].(string); !strings.HasSuffix(last, fmt.Sprintf("…(%d bytes)", size+7)) {
+		t.Errorf("a cut id carries no marker: %q", last)
+	}
+	if len(ts.logs.String()) > n*2048 {
+		t.Errorf("process log is %d bytes for %d calls", len(ts.logs.String()), n)
+	}
+}
+
+// F15 variant: tenant, run and request ids are caller-chosen too.
+func TestF15CallRecordContextIDsBounded(t *testing.T) {
+	ts := start(t, server.StaticSource{Tools: []server.StaticTool{echoTool()}}, server.Options{})
+	long := strings.Repeat("t", 50_000)
+	body := fmt.Sprintf(`{"v":2,"kind":"invoke","tool":{"id":"acme.echo"},"input":{"message":"x"},"ctx":{"tenantId":%q,"runId":%q,"requestId":%q}}`, long, long, long)
+	wantResult(t, ts.invoke(t, body), "")
+	body = fmt.Sprintf(`{"v":2,"kind":"check-invoke","check":{"id":%q},"config":{},"trace":[]}`, long)
+	wantError(t, ts.invoke(t, body), "check-not-in-pack")
+	for _, c := range ts.logs.records(t, "call") {
+		for _, k := range []string{"id", "tenantId", "runId", "requestId"} {
+			if v, _ := c[k].(string); len(v) > server.MaxLoggedIDBytes+32 {
+				t.Errorf("call record %s of %d bytes", k, len(v))
+			}
+		}
+	}
+}
+
+func keys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// F14: bodies are charged to a byte budget before they are read: 40
+// concurrent 10 MB bodies hold at most the budget, the rest are refused
+// (503) unread.
+func TestF14BodyBeforeAdmission(t *testing.T) {
+	const budget = 32 << 20
+	ts := start(t, server.StaticSource{Tools: []server.StaticTool{echoTool()}}, server.Options{BodyBudget: budget})
+	pad := strings.Repeat("x", 10_000_000-200)
+	body := []byte(invokeBody("no.such.tool", fmt.Sprintf(`{"pad":%q}`, pad)))
+	if len(body) > server.MaxBodyBytes {
+		t.Fatalf("body %d bytes", len(body))
+	}
+	tr := &http.Transport{MaxIdleConnsPerHost: 64, DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	cl := &http.Client{Transport: tr, Timeout: 60 * time.Second}
+	hs := startHeapSampler()
+	var (
+		wg                              sync.WaitGroup
+		mu                              sync.Mutex
+		answered, refused, transportErr int
+	)
+	for range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequest(http.MethodPost, ts.url+"/v1/invoke", bytes.NewReader(body))
+			for k, v := range authJSON() {
+				req.Header.Set(k, v)
+			}
+			res, err := cl.Do(req)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				transportErr++ // refused before the client finished sending
+				return
+			}
+			defer res.Body.Close()
+			_, _ = io.Copy(io.Discard, res.Body)
+			switch res.StatusCode {
+			case http.StatusOK:
+				answered++
+			case http.StatusServiceUnavailable:
+				if res.Header.Get("Retry-After") == "" {
+					t.Error("503 without Retry-After")
+				}
+				refused++
+			default:
+				t.Errorf("status %d", res.StatusCode)
+			}
+		}()
+	}
+	wg.Wait()
+	growth := hs.peakDelta()
+	inFlight, peak := ts.BodyBytes()
+	t.Logf("40 × %d-byte bodies, budget %d MiB: %d answered, %d refused 503, %d cut while sending; budget peak %.1f MiB; heap peak growth %.1f MiB",
+		len(body), budget>>20, answered, refused, transportErr, float64(peak)/(1<<20), float64(growth)/(1<<20))
+	if peak > budget {
+		t.Errorf("budget peak %d > %d", peak, budget)
+	}
+	if inFlight != 0 {
+		t.Errorf("%d body bytes still charged after every call ended", inFlight)
+	}
+	if answered == 0 || refused+transportErr == 0 {
+		t.Errorf("answered %d, refused %d+%d: want both", answered, refused, transportErr)
+	}
+	// The client's one shared body is 10 MB of the heap; the server's
+	// bodies may hold the budget; the rest is slack for buffers.
+	if lim := int64(budget) + int64(len(body)) + 32<<20; growth > lim {
+		t.Errorf("heap peak growth %d > %d", growth, lim)
+	}
+	if v := ts.metric(t, `sandboxd_rejected_total{reason="body-budget"}`); v == "" || v == "0" {
+		t.Errorf("body-budget rejections not counted: %q", v)
+	}
+}
+
+// F14: a chunked body (no Content-Length) is charged as it grows.
+func TestF14ChunkedBodyCharged(t *testing.T) {
+	ts := start(t, server.StaticSource{Tools: []server.StaticTool{echoTool()}}, server.Options{BodyBudget: 1 << 20})
+	pr, pw := io.Pipe()
+	go func() {
+		chunk := bytes.Repeat([]byte(" "), 64<<10)
+		_, _ = pw.Write([]byte(`{"v":2,`))
+		for range 80 { // 5 MiB of whitespace
+			if _, err := pw.Write(chunk); err != nil {
+				return
+			}
+		}
+		pw.Close()
+	}()
+	req, _ := http.NewRequest(http.MethodPost, ts.url+"/v1/invoke", pr)
+	for k, v := range authJSON() {
+		req.Header.Set(k, v)
+	}
+	res, err := client.Do(req)
+	if err == nil {
+		defer res.Body.Close()
+		if res.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("status %d for a chunked body over the budget", res.StatusCode)
+		}
+	}
+	_ = pr.CloseWithError(io.ErrClosedPipe)
+	_, peak := ts.BodyBytes()
+	t.Logf("chunked 5 MiB body, budget 1 MiB: peak charged %d KiB", peak>>10)
+	if peak > 1<<20 {
+		t.Errorf("peak %d over the budget", peak)
+	}
+	eventually(t, "the charge released", func() bool { n, _ := ts.BodyBytes(); return n == 0 })
+}
+
+// F14: the body deadline is independent of kindgi-timeout-ms: a body that
+// trickles is cut at BodyTimeout even when the call may last a minute.
+func TestF14SlowBodyCutAtBodyDeadline(t *testing.T) {
+	const bodyTimeout = 300 * time.Millisecond
+	ts := start(t, server.StaticSource{Tools: []server.StaticTool{echoTool()}}, server.Options{BodyTimeout: bodyTimeout})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(ts.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	t0 := time.Now()
+	fmt.Fprintf(conn, "POST /v1/invoke HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nkindgi-pack-token: %s\r\nkindgi-timeout-ms: 60000\r\nContent-Length: 100\r\n\r\n{\"v\":2,", token)
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	took := time.Since(t0)
+	b, _ := io.ReadAll(res.Body)
+	r := &response{res.StatusCode, res.Header, b}
+	checkAnswer(t, r)
+	m := wantError(t, r, "deadline-exceeded")
+	t.Logf("slow body answered after %v (body deadline %v, call deadline 60 s): %v", took, bodyTimeout, m["message"])
+	if took > bodyTimeout+2*time.Second {
+		t.Errorf("answered after %v", took)
+	}
+	if !strings.Contains(fmt.Sprint(m["message"]), "body deadline") {
+		t.Errorf("message %q", m["message"])
+	}
+	eventually(t, "the charge released", func() bool { n, _ := ts.BodyBytes(); return n == 0 })
+}

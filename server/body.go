@@ -1,0 +1,145 @@
+package server
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// byteBudget is a non-blocking semaphore counted in bytes: the memory of
+// request bodies held at once.
+type byteBudget struct {
+	mu         sync.Mutex
+	used, peak int64
+	limit      int64
+}
+
+// tryAcquire takes n bytes if they fit.
+func (b *byteBudget) tryAcquire(n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n > b.limit-b.used {
+		return false
+	}
+	b.used += n
+	b.peak = max(b.peak, b.used)
+	return true
+}
+
+func (b *byteBudget) release(n int64) {
+	if n == 0 {
+		return
+	}
+	b.mu.Lock()
+	b.used -= n
+	b.mu.Unlock()
+}
+
+// stats returns the bytes held now and the most ever held.
+func (b *byteBudget) stats() (used, peak int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used, b.peak
+}
+
+// bodyCharge is what a body costs the budget per byte of buffer: the body
+// itself and the input parseFrame copies out of it.
+const bodyCharge = 2
+
+// bodyOverhead is charged once per body (headers of the decode, small
+// copies) so that a flood of tiny bodies is counted too.
+const bodyOverhead = 4 << 10
+
+// chunkStep is how much buffer a chunked body (no Content-Length) is
+// granted at a time.
+const chunkStep = 64 << 10
+
+var (
+	// errOverBudget: the body does not fit the budget (503).
+	errOverBudget = errors.New("request bodies in flight are over the byte budget")
+	// errTooLarge: the body is over MaxBodyBytes (413).
+	errTooLarge = errors.New("request body too large")
+)
+
+// bodyReader reads one request body within the budget. held is what it has
+// charged; the caller releases it (once) when the call is over.
+type bodyReader struct {
+	budget *byteBudget
+	held   int64
+}
+
+func (br *bodyReader) charge(n int64) bool {
+	if !br.budget.tryAcquire(n) {
+		return false
+	}
+	br.held += n
+	return true
+}
+
+// read reads r's body. With a Content-Length the whole charge is taken
+// before the first byte is read; a chunked body is charged before each
+// growth of its buffer. It returns errOverBudget, errTooLarge, or the read
+// error (a deadline, a disconnect).
+func (br *bodyReader) read(r *http.Request) ([]byte, error) {
+	if !br.charge(bodyOverhead) {
+		return nil, errOverBudget
+	}
+	if n := r.ContentLength; n >= 0 {
+		if n > MaxBodyBytes {
+			return nil, errTooLarge
+		}
+		if !br.charge(bodyCharge * n) {
+			return nil, errOverBudget
+		}
+		buf := make([]byte, n)
+		if _, err := io.ReadFull(r.Body, buf); err != nil {
+			if errors.Is(err, io.ErrUnexpectedEOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+		return buf, nil
+	}
+	var buf []byte
+	for {
+		if len(buf) == cap(buf) {
+			grow := int64(min(max(cap(buf), chunkStep), MaxBodyBytes+1-cap(buf)))
+			if grow <= 0 {
+				return nil, errTooLarge
+			}
+			if !br.charge(bodyCharge * grow) {
+				return nil, errOverBudget
+			}
+			nb := make([]byte, len(buf), cap(buf)+int(grow))
+			copy(nb, buf)
+			buf = nb
+		}
+		n, err := r.Body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if len(buf) > MaxBodyBytes {
+			return nil, errTooLarge
+		}
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// bodyDeadline is when the body must have arrived: the call's deadline or
+// start+BodyTimeout, whichever is first. byCall reports which.
+func (s *Server) bodyDeadline(start, callDeadline time.Time) (at time.Time, byCall bool) {
+	b := start.Add(s.opts.BodyTimeout)
+	if callDeadline.Before(b) {
+		return callDeadline, true
+	}
+	return b, false
+}
+
+// BodyBytes reports the request-body bytes charged to the budget now and
+// the most ever charged at once (for tests and operators).
+func (s *Server) BodyBytes() (inFlight, peak int64) { return s.bodies.stats() }
