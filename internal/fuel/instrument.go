@@ -3,6 +3,7 @@ package fuel
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/sandboxd/sandboxd/toolerr"
 )
@@ -12,9 +13,14 @@ import (
 // with the input's digest.
 const Version = 4
 
-// Reserved export names the pass adds. A module that already exports either
-// name is refused.
+// Reserved export names the pass adds. A module that exports any name
+// beginning with ReservedPrefix is refused, whether or not it is resettable:
+// the host finds the pass's counter, floor, start function, dirty flag and
+// global snapshots by these names and must never find the module's own.
 const (
+	// ReservedPrefix begins every export name the pass or the host uses.
+	ReservedPrefix = "sandboxd."
+
 	// GlobalExport is the fuel counter: a mutable i64 global the guest
 	// decrements.
 	GlobalExport = "sandboxd.fuel"
@@ -118,16 +124,9 @@ func (m *Module) instrument() (*Stats, error) {
 	}
 
 	exports := m.ensureSection(secExport)
-	reserved := map[string]bool{GlobalExport: true, LimitExport: true, StartExport: true}
-	if st.Resettable {
-		reserved[DirtyExport] = true
-		for k := range plan.globals {
-			reserved[globalSnapshotName(k)] = true
-		}
-	}
 	for i, e := range exports.Exports {
-		if reserved[e.Name] {
-			return nil, fmt.Errorf("%w: the module exports the reserved name %q", ErrUnsupported, e.Name)
+		if strings.HasPrefix(e.Name, ReservedPrefix) {
+			return nil, fmt.Errorf("%w: the module exports %q: names beginning with %q are reserved", ErrUnsupported, e.Name, ReservedPrefix)
 		}
 		if e.Kind == KindFunc {
 			exports.Exports[i].Index = remap(e.Index)
