@@ -33,6 +33,7 @@ type Config struct {
 	deterministic  bool         // deterministic.go
 	poolBudget     int64        // pool.go
 	fuelBudget     int64        // fuel.go
+	allowUnmetered bool         // fuel.go
 	noRecycle      bool         // recycle.go
 	poolIdle       time.Duration
 	seed           uint64

@@ -48,8 +48,9 @@ func (e *Executor) Deterministic() (seed uint64, ok bool) {
 
 // deterministicModuleConfig replaces the clocks, sleep and random source of
 // mc with the deterministic ones when e is deterministic. Each call builds
-// fresh state, so every instance starts from the same clocks and stream.
-func (e *Executor) deterministicModuleConfig(mc wazero.ModuleConfig) wazero.ModuleConfig {
+// fresh state, so every instance starts from the same clocks and stream. The
+// stream is metered by sl like any random source (wasi.go).
+func (e *Executor) deterministicModuleConfig(mc wazero.ModuleConfig, sl *sleeper) wazero.ModuleConfig {
 	seed, ok := e.Deterministic()
 	if !ok {
 		return mc
@@ -70,5 +71,5 @@ func (e *Executor) deterministicModuleConfig(mc wazero.ModuleConfig) wazero.Modu
 				elapsed.Add(ns)
 			}
 		}).
-		WithRandSource(rand.NewChaCha8(key))
+		WithRandSource(sl.rand(rand.NewChaCha8(key)))
 }

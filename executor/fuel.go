@@ -19,9 +19,17 @@ import (
 // digest and pass version, so reloading a tool never reruns it); every call
 // gets an unlimited counter, and the refill host function stops the guest
 // once the call's context has ended — the CPU watchdog, the wall deadline
-// and cancellation all end it. A module the pass refuses (an opcode it does not
-// know) runs on a runtime with WithCloseOnContextDone instead: that is the
-// only place close-on-context-done remains.
+// and cancellation all end it. Host functions (sandboxd_v1 in host.go, WASI
+// in wasi.go) check the interrupt on entry and before returning and charge
+// fuel for the bytes they move, so an interrupted guest stops at its next
+// host boundary too.
+//
+// A module the pass refuses (an opcode it does not know, a name it reserves,
+// code it cannot read) is refused at load with handler-shape-invalid: running
+// it unmetered would silently drop the fuel budget, Usage.Fuel and the
+// interrupt at host boundaries. An operator may opt in with
+// Config.WithAllowUnmetered: such a module then runs on a runtime with
+// WithCloseOnContextDone, the only place close-on-context-done remains.
 
 // The cache of instrumented modules (instrument) is in fuelcache.go.
 
@@ -80,6 +88,23 @@ func (mt *metering) ranOut() bool {
 func (c Config) WithFuelBudget(n int64) Config {
 	c.fuelBudget = max(n, 0)
 	return c
+}
+
+// WithAllowUnmetered makes Load accept a module the fuel pass refuses and
+// run it unmetered: wazero's close-on-context-done stops it at the CPU
+// budget, the deadline and cancellation (at every loop header, 13–25× slower
+// on tight loops), the fuel budget does not apply to it and its Usage.Fuel
+// is 0. The default (false) refuses such a module with handler-shape-invalid.
+func (c Config) WithAllowUnmetered(allow bool) Config {
+	c.allowUnmetered = allow
+	return c
+}
+
+// unmeteredRefused is the load error of a module the pass refused.
+func unmeteredRefused(err error) error {
+	return toolerr.Wrap(toolerr.HandlerShapeInvalid, err,
+		"the fuel pass cannot meter this module, so it could be neither interrupted at host calls nor charged for its work; "+
+			"it is refused (an operator may allow unmetered modules, stopped by close-on-context-done, with --allow-unmetered)")
 }
 
 // fuelExceeded is the limits-exceeded error of a spent fuel budget.

@@ -11,8 +11,47 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/sandboxd/sandboxd/abi"
+	"github.com/sandboxd/sandboxd/internal/fuel"
 	"github.com/sandboxd/sandboxd/limits"
 )
+
+// Fuel for host work. Every host function (sandboxd_v1 here, WASI in
+// wasi.go) spends hostCallFuel units per call, plus one unit per
+// hostBytesPerFuel bytes it copies from or to guest memory, generates or
+// writes — so a loop of host calls pays for the work it makes the host do,
+// as a loop of instructions does (a unit is about one instruction). It
+// checks the call's interrupt (fuel.Check) on entry, between chunks of at
+// most hostChunk bytes, and before it returns: an interrupted or spent call
+// traps at its next host boundary, and no host copy runs for more than a
+// chunk's time without a check.
+const (
+	hostCallFuel     = 32
+	hostBytesPerFuel = 16
+	hostChunk        = 256 << 10
+)
+
+// bytesFuel is the fuel charged for moving n bytes.
+func bytesFuel(n uint64) int64 { return int64((n + hostBytesPerFuel - 1) / hostBytesPerFuel) }
+
+// chargeBytes charges the call of ctx for moving n bytes (fuel.Charge: it
+// panics, trapping the guest, when the call is interrupted or its budget is
+// spent; it does nothing for an unmetered call).
+func chargeBytes(ctx context.Context, n uint64) {
+	if n > 0 {
+		fuel.Charge(ctx, bytesFuel(n))
+	}
+}
+
+// hostTrap is the panic value of a host function that refuses a call
+// outright (the call traps with handler-trap and this message).
+type hostTrap struct{ msg string }
+
+func (e *hostTrap) Error() string { return e.msg }
+
+// trapf makes the calling guest trap with a handler-trap error.
+func trapf(format string, args ...any) {
+	panic(&hostTrap{fmt.Sprintf(format, args...)})
+}
 
 // Caps on guest-declared data held by the host.
 const (
@@ -86,8 +125,14 @@ func viewGuest(mod api.Module, ptr, n uint32) ([]byte, bool) {
 }
 
 // copyOut implements the size/copy convention: it copies min(n, len(v))
-// bytes of v to ptr and returns len(v).
+// bytes of v to ptr and returns len(v). It charges nothing (see copyOutFuel).
 func (inv *invocation) copyOut(mod api.Module, v []byte, ptr, n uint32) int32 {
+	return inv.copyOutFuel(context.Background(), mod, v, ptr, n)
+}
+
+// copyOutFuel is copyOut charging the call of ctx for the bytes copied, a
+// hostChunk at a time.
+func (inv *invocation) copyOutFuel(ctx context.Context, mod api.Module, v []byte, ptr, n uint32) int32 {
 	c := min(uint32(len(v)), n)
 	if c > 0 || n > 0 {
 		mem := mod.Memory()
@@ -97,7 +142,12 @@ func (inv *invocation) copyOut(mod api.Module, v []byte, ptr, n uint32) int32 {
 		if _, ok := mem.Read(ptr, n); !ok {
 			return inv.fail(abi.ErrOutOfBounds, "buffer [%d, %d) is outside guest memory", ptr, uint64(ptr)+uint64(n))
 		}
-		mem.Write(ptr, v[:c])
+		for off := uint32(0); off < c; {
+			k := min(c-off, hostChunk)
+			chargeBytes(ctx, uint64(k))
+			mem.Write(ptr+off, v[off:off+k])
+			off += k
+		}
 	}
 	return int32(len(v))
 }
@@ -120,7 +170,14 @@ func (t *Tool) instantiateHost(ctx context.Context, r wazero.Runtime) error {
 		for i, p := range sig.Results {
 			results[i] = map[abi.ValType]api.ValueType{abi.I32: i32, abi.I64: i64}[p]
 		}
-		b.NewFunctionBuilder().WithGoModuleFunction(fn, params, results).Export(name)
+		// Every call pays hostCallFuel and checks the interrupt on entry
+		// (fuel.Charge), and checks it again before returning.
+		metered := func(ctx context.Context, mod api.Module, stack []uint64) {
+			fuel.Charge(ctx, hostCallFuel)
+			fn(ctx, mod, stack)
+			fuel.Check(ctx)
+		}
+		b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(metered), params, results).Export(name)
 	}
 	readValue := func(get func(inv *invocation) []byte) api.GoModuleFunc {
 		return func(ctx context.Context, mod api.Module, stack []uint64) {
@@ -129,7 +186,7 @@ func (t *Tool) instantiateHost(ctx context.Context, r wazero.Runtime) error {
 				noInvocation(stack)
 				return
 			}
-			stack[0] = api.EncodeI32(inv.copyOut(mod, get(inv), api.DecodeU32(stack[0]), api.DecodeU32(stack[1])))
+			stack[0] = api.EncodeI32(inv.copyOutFuel(ctx, mod, get(inv), api.DecodeU32(stack[0]), api.DecodeU32(stack[1])))
 		}
 	}
 	def(abi.FnInputRead, readValue(func(inv *invocation) []byte { return inv.input }))
@@ -157,7 +214,19 @@ func (t *Tool) instantiateHost(ctx context.Context, r wazero.Runtime) error {
 			inv.acct.Release(-grow)
 		}
 		inv.mu.Lock()
-		inv.output = append(inv.output[:0], v...)
+		buf := inv.output[:0]
+		inv.mu.Unlock()
+		if uint32(cap(buf)) < n {
+			buf = make([]byte, 0, n)
+		}
+		for off := uint32(0); off < n; {
+			k := min(n-off, hostChunk)
+			chargeBytes(ctx, uint64(k))
+			buf = append(buf, v[off:off+k]...)
+			off += k
+		}
+		inv.mu.Lock()
+		inv.output = buf
 		inv.outputSet = true
 		inv.mu.Unlock()
 		stack[0] = 0
@@ -178,6 +247,7 @@ func (t *Tool) instantiateHost(ctx context.Context, r wazero.Runtime) error {
 			stack[0] = api.EncodeI32(inv.fail(abi.ErrOutOfBounds, "error [%d, %d) is outside guest memory", ptr, uint64(ptr)+uint64(n)))
 			return
 		}
+		chargeBytes(ctx, uint64(n))
 		inv.mu.Lock()
 		inv.declared = parseDeclaredError(v)
 		inv.mu.Unlock()
@@ -194,6 +264,7 @@ func (t *Tool) instantiateHost(ctx context.Context, r wazero.Runtime) error {
 			}
 			return
 		}
+		chargeBytes(ctx, uint64(len(msg)))
 		if inv != nil {
 			inv.mu.Lock()
 			if inv.logLines >= maxLogLines || inv.logBytes+len(msg) > maxLogBytes {
@@ -214,7 +285,16 @@ func (t *Tool) instantiateHost(ctx context.Context, r wazero.Runtime) error {
 			stack[0] = api.EncodeI64(int64(abi.ErrNoInvocation))
 			return
 		}
-		stack[0] = api.EncodeI64(inv.httpRequest(ctx, mod, api.DecodeU32(stack[0]), api.DecodeU32(stack[1]), api.DecodeU32(stack[2]), api.DecodeU32(stack[3])))
+		reqPtr, reqLen, bodyPtr, bodyLen := api.DecodeU32(stack[0]), api.DecodeU32(stack[1]), api.DecodeU32(stack[2]), api.DecodeU32(stack[3])
+		// Charged for the copies httpRequest makes of the description and the
+		// body (before it makes them).
+		if _, ok := viewGuest(mod, reqPtr, reqLen); ok && reqLen <= maxHTTPRequestJSON {
+			chargeBytes(ctx, uint64(reqLen))
+		}
+		if _, ok := viewGuest(mod, bodyPtr, bodyLen); ok {
+			chargeBytes(ctx, uint64(bodyLen))
+		}
+		stack[0] = api.EncodeI64(inv.httpRequest(ctx, mod, reqPtr, reqLen, bodyPtr, bodyLen))
 	})
 	def(abi.FnHTTPStatus, func(ctx context.Context, mod api.Module, stack []uint64) {
 		inv := invocationFrom(ctx)
@@ -230,7 +310,12 @@ func (t *Tool) instantiateHost(ctx context.Context, r wazero.Runtime) error {
 			noInvocation(stack)
 			return
 		}
-		stack[0] = api.EncodeI32(inv.httpHeaders(mod, api.DecodeI32(stack[0]), api.DecodeU32(stack[1]), api.DecodeU32(stack[2])))
+		n := api.DecodeU32(stack[2])
+		size := inv.httpHeaders(mod, api.DecodeI32(stack[0]), api.DecodeU32(stack[1]), n)
+		if size > 0 {
+			chargeBytes(ctx, uint64(min(uint32(size), n)))
+		}
+		stack[0] = api.EncodeI32(size)
 	})
 	def(abi.FnHTTPBodyRead, func(ctx context.Context, mod api.Module, stack []uint64) {
 		inv := invocationFrom(ctx)
@@ -238,7 +323,11 @@ func (t *Tool) instantiateHost(ctx context.Context, r wazero.Runtime) error {
 			noInvocation(stack)
 			return
 		}
-		stack[0] = api.EncodeI32(inv.httpBodyRead(mod, api.DecodeI32(stack[0]), api.DecodeU32(stack[1]), api.DecodeU32(stack[2])))
+		k := inv.httpBodyRead(mod, api.DecodeI32(stack[0]), api.DecodeU32(stack[1]), api.DecodeU32(stack[2]))
+		if k > 0 {
+			chargeBytes(ctx, uint64(k))
+		}
+		stack[0] = api.EncodeI32(k)
 	})
 	def(abi.FnHTTPClose, func(ctx context.Context, mod api.Module, stack []uint64) {
 		inv := invocationFrom(ctx)
@@ -261,12 +350,13 @@ func (t *Tool) instantiateHost(ctx context.Context, r wazero.Runtime) error {
 				stack[0] = api.EncodeI32(inv.fail(abi.ErrOutOfBounds, "name outside guest memory"))
 				return
 			}
+			chargeBytes(ctx, uint64(nlen))
 			v, errno, msg := lookup(inv, string(name))
 			if errno != 0 {
 				stack[0] = api.EncodeI32(inv.fail(errno, "%s", msg))
 				return
 			}
-			stack[0] = api.EncodeI32(inv.copyOut(mod, v, api.DecodeU32(stack[2]), api.DecodeU32(stack[3])))
+			stack[0] = api.EncodeI32(inv.copyOutFuel(ctx, mod, v, api.DecodeU32(stack[2]), api.DecodeU32(stack[3])))
 		}
 	}
 	def(abi.FnSecretGet, named(func(inv *invocation, name string) ([]byte, abi.Errno, string) {
@@ -284,7 +374,7 @@ func (t *Tool) instantiateHost(ctx context.Context, r wazero.Runtime) error {
 		inv.mu.Lock()
 		msg := inv.lastErr
 		inv.mu.Unlock()
-		stack[0] = api.EncodeI32(inv.copyOut(mod, []byte(msg), api.DecodeU32(stack[0]), api.DecodeU32(stack[1])))
+		stack[0] = api.EncodeI32(inv.copyOutFuel(ctx, mod, []byte(msg), api.DecodeU32(stack[0]), api.DecodeU32(stack[1])))
 	})
 	_, err := b.Instantiate(ctx)
 	return err

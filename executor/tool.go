@@ -16,7 +16,6 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
-	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/sandboxd/sandboxd/abi"
@@ -69,10 +68,12 @@ func (e *Executor) newTool(ctx context.Context, mt *manifest.Tool, mod *artifact
 	if err != nil {
 		return nil, toolerr.Wrap(toolerr.HandlerShapeInvalid, err, "cannot read the module's tables")
 	}
-	// Meter the module (fuel.go); a module the pass refuses falls back to
-	// close-on-context-done.
+	// Meter the module (fuel.go); a module the pass refuses is refused,
+	// unless the operator allows unmetered modules (close-on-context-done).
 	if metered, verdict, ferr := e.instrument(bin); ferr == nil {
 		bin, t.metered, t.verdict = metered, true, verdict // fuelcache.go
+	} else if !e.cfg.allowUnmetered {
+		return nil, unmeteredRefused(ferr)
 	}
 	// Every tool gets its own runtime (its own store and host modules); the
 	// compilation cache — compiled code only — is shared.
@@ -86,7 +87,7 @@ func (e *Executor) newTool(ctx context.Context, mt *manifest.Tool, mod *artifact
 			_ = t.runtime.Close(ctx)
 		}
 	}()
-	if _, err := wasi_snapshot_preview1.Instantiate(ctx, t.runtime); err != nil {
+	if err := instantiateWASI(ctx, t.runtime); err != nil { // wasi.go: metered
 		return nil, toolerr.Wrap(toolerr.Internal, err, "instantiate WASI")
 	}
 	if err := t.instantiateHost(ctx, t.runtime); err != nil {
@@ -375,7 +376,9 @@ type instance struct {
 	stdout, stderr *switchWriter
 }
 
-// sleeper makes WASI sleeps interruptible by the current call's context.
+// sleeper makes WASI sleeps interruptible by the current call's context,
+// and charges random_get to it (wasi.go). ctx is the context the instance's
+// guest code currently runs under (the metered one once it is metered).
 type sleeper struct {
 	ctx atomic.Pointer[context.Context]
 }
@@ -400,12 +403,12 @@ func (t *Tool) moduleConfig(env map[string]string, sl *sleeper) wazero.ModuleCon
 		WithSysWalltime().
 		WithSysNanotime().
 		WithNanosleep(sl.sleep).
-		WithRandSource(rand.Reader).
+		WithRandSource(sl.rand(rand.Reader)). // wasi.go: charged per chunk
 		WithStartFunctions()
 	for k, v := range env {
 		mc = mc.WithEnv(k, v)
 	}
-	return t.exec.deterministicModuleConfig(mc) // deterministic.go
+	return t.exec.deterministicModuleConfig(mc, sl) // deterministic.go
 }
 
 // newInstance instantiates the reactor and runs _initialize under the tool's
@@ -429,6 +432,7 @@ func (t *Tool) newInstance(ctx context.Context, env map[string]string, stdout, s
 		}
 		cctx, done := in.meter.begin(gctx, 0) // instance set-up is not charged
 		defer done()
+		in.sleep.ctx.Store(&cctx)
 		if err := runStart(cctx, mod); err != nil || !t.hasInit {
 			return err
 		}
@@ -477,7 +481,9 @@ func (t *Tool) runReactor(ctx context.Context, inv *invocation, env map[string]s
 		in.sleep.ctx.Store(&gctx)
 		cctx, done := in.meter.begin(gctx, t.exec.cfg.fuelBudget)
 		defer done()
-		res, err := in.handle.Call(context.WithValue(cctx, invocationKey{}, inv))
+		cctx = context.WithValue(cctx, invocationKey{}, inv)
+		in.sleep.ctx.Store(&cctx)
+		res, err := in.handle.Call(cctx)
 		if err == nil {
 			rc = api.DecodeU32(res[0])
 		}
@@ -592,6 +598,7 @@ func (t *Tool) runCommand(ctx context.Context, inv *invocation, env map[string]s
 		}
 		cctx, done := meter.begin(ictx, t.exec.cfg.fuelBudget)
 		defer done()
+		sl.ctx.Store(&cctx)
 		if err = runStart(cctx, mod); err == nil {
 			_, err = mod.ExportedFunction(abi.ExportStart).Call(cctx)
 		}
@@ -654,6 +661,10 @@ func (t *Tool) classify(ctx context.Context, inv *invocation, err, cause error, 
 			msg = fmt.Sprintf("the handler exited with code %d during %s: %s", code, entry, msg)
 		}
 		return &toolerr.Error{Code: toolerr.HandlerError, Message: msg, Details: map[string]any{"exitCode": code}, Err: err}
+	}
+	var ht *hostTrap // a host function refused the call (host.go, wasi.go)
+	if errors.As(err, &ht) {
+		return &toolerr.Error{Code: toolerr.HandlerTrap, Message: "trap: " + ht.msg, Details: map[string]any{"trap": ht.msg}, Err: err}
 	}
 	if trap, stack, ok := parseTrap(err); ok {
 		d := map[string]any{"trap": trap}
