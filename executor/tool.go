@@ -257,7 +257,9 @@ func (t *Tool) invoke(ctx context.Context, req *Request) (*Result, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, toolerr.As(err)
 	}
-	input, err := t.m.ValidateInput(req.Input)
+	// Validation holds host memory for the call: it is bounded by the
+	// call's memMB (manifest.ValueCost per JSON value; F18).
+	input, err := t.m.ValidateInputWithin(req.Input, t.limits.memMB*limits.MiB)
 	if err != nil {
 		return nil, err
 	}
@@ -284,7 +286,7 @@ func (t *Tool) invoke(ctx context.Context, req *Request) (*Result, error) {
 	if out.err != nil {
 		return res, out.err
 	}
-	output, err := t.m.ValidateOutput(out.output)
+	output, err := t.m.ValidateOutputWithin(out.output, max(t.limits.memMB*limits.MiB-out.peak, 1)) // the memMB headroom left (F18)
 	if err != nil {
 		return res, err
 	}

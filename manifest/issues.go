@@ -32,11 +32,91 @@ type issueConverter struct {
 	prefix    []string // prepended to every instancePath
 	issues    []toolerr.Issue
 	collapsed map[string]bool // one Ajv issue for several library errors
+	size      int             // JSON bytes of issues so far (about)
+	omitted   int             // issues past MaxIssues / MaxIssueBytes
 }
+
+// Bounds of the issues one validation returns (Ajv's allErrors, with a
+// ceiling): past them issues are counted, not kept, and a last issue says
+// how many were left out.
+const (
+	// MaxIssues is the most issues kept.
+	MaxIssues = 100
+	// MaxIssueBytes bounds the JSON size of the issues kept (about).
+	MaxIssueBytes = 256 << 10
+	// maxIssueString bounds each string of an issue (an instance path
+	// through a huge key, a huge property name): cut with a marker.
+	maxIssueString = 1024
+)
 
 func (c *issueConverter) convert(e *jsonschema.ValidationError) []toolerr.Issue {
 	c.walk(e, nil)
+	if c.omitted > 0 {
+		c.issues = append(c.issues, omittedIssue(c.omitted))
+	}
 	return c.issues
+}
+
+// omittedIssue is the last issue of a capped list.
+func omittedIssue(n int) toolerr.Issue {
+	return toolerr.Issue{
+		SchemaPath: "#",
+		Params:     map[string]any{"omitted": n},
+		Message:    fmt.Sprintf("… and %d more issues", n),
+	}
+}
+
+// detachIssues returns issues that share no bytes with a borrowed
+// document: every string copied, and cut to maxIssueString with a marker.
+func detachIssues(in []toolerr.Issue) []toolerr.Issue {
+	out := make([]toolerr.Issue, len(in))
+	for i, is := range in {
+		out[i] = toolerr.Issue{
+			InstancePath: cutString(is.InstancePath),
+			SchemaPath:   cutString(is.SchemaPath),
+			Keyword:      cutString(is.Keyword),
+			Message:      cutString(is.Message),
+		}
+		if is.Params != nil {
+			out[i].Params = detachValue(is.Params).(map[string]any)
+		}
+	}
+	return out
+}
+
+func detachValue(v any) any {
+	switch x := v.(type) {
+	case string:
+		return cutString(x)
+	case json.Number:
+		return json.Number(strings.Clone(string(x)))
+	case map[string]any:
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			m[cutString(k)] = detachValue(e)
+		}
+		return m
+	case []any:
+		a := make([]any, len(x))
+		for i, e := range x {
+			a[i] = detachValue(e)
+		}
+		return a
+	case []string:
+		a := make([]string, len(x))
+		for i, e := range x {
+			a[i] = cutString(e)
+		}
+		return a
+	}
+	return v
+}
+
+func cutString(s string) string {
+	if len(s) <= maxIssueString {
+		return strings.Clone(s)
+	}
+	return strings.ToValidUTF8(s[:maxIssueString], "") + fmt.Sprintf("…(%d bytes)", len(s))
 }
 
 // walk emits e's issues. inst, when non-nil, replaces the instance location
@@ -89,6 +169,10 @@ func (c *issueConverter) walkAll(causes []*jsonschema.ValidationError, inst []st
 }
 
 func (c *issueConverter) add(loc []string, keyword, schemaPath string, params map[string]any, msg string) {
+	if c.full() {
+		c.omitted++
+		return
+	}
 	tokens := loc
 	if len(c.prefix) > 0 {
 		tokens = append(slices.Clip(c.prefix), loc...)
@@ -100,9 +184,33 @@ func (c *issueConverter) add(loc []string, keyword, schemaPath string, params ma
 		Params:       params,
 		Message:      msg,
 	})
+	is := &c.issues[len(c.issues)-1]
+	c.size += 64 + min(len(is.InstancePath), maxIssueString) + len(is.SchemaPath) + len(is.Message)
+	if b, err := json.Marshal(params); err == nil {
+		c.size += len(b)
+	}
 }
 
+// full reports whether the issue list is at its bounds.
+func (c *issueConverter) full() bool { return len(c.issues) >= MaxIssues || c.size > MaxIssueBytes }
+
 func (c *issueConverter) leaf(e *jsonschema.ValidationError, loc []string) {
+	if c.full() {
+		// Count what would have been added without building it (paths
+		// and params cost more than the library's error did).
+		switch k := e.ErrorKind.(type) {
+		case *kind.Required:
+			c.omitted += len(k.Missing)
+			return
+		case *kind.AdditionalProperties:
+			c.omitted += len(k.Properties)
+			return
+		case *kind.FalseSchema: // collapsed per parent: let falseSchema count
+		default:
+			c.omitted++
+			return
+		}
+	}
 	switch k := e.ErrorKind.(type) {
 	case *kind.Type:
 		// Ajv: params.type is the schema's value — a string for one type,

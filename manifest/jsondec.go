@@ -36,7 +36,29 @@ type decodeOpts struct {
 	// them: only for a decoded tree that is dropped before data can change
 	// (Schema.Validate).
 	borrow bool
+	// budget > 0 bounds the estimated bytes validating the document needs
+	// (see ValueCost): past it decoding stops with an error that matches
+	// ErrValidationBudget.
+	budget int64
+	// discard checks the document without building a tree (v is nil).
+	discard bool
 }
+
+// Estimated memory of validating a document, per decoded value, charged
+// against a validation budget before the validator runs. Measured with
+// TestF18BudgetEstimateCoversMeasured (Go heap peak, garbage included, of
+// the shapes that cost the most per byte): the decoded tree and, because
+// every value may fail, the validator's error for each value.
+const (
+	// ValueCost is charged per JSON value: its slot in the tree (~48 B)
+	// plus the validator's error for it should it fail (~450 B).
+	ValueCost = 512
+	// memberCost is charged per object member on top of its value (the
+	// map entry and the key in a failing member's location), objectCost
+	// per object (the map itself).
+	memberCost = 320
+	objectCost = 64
+)
 
 // decoded is a JSON document decoded into Go values: map[string]any, []any,
 // string, json.Number, bool and nil (what jsonschema validates).
@@ -49,6 +71,8 @@ type decoded struct {
 	lossy bool
 	// spans of object member values (decodeOpts.spanDepth).
 	spans map[string]span
+	// cost is the estimated validation bytes (with decodeOpts.budget).
+	cost int64
 }
 
 // needsReencode reports whether a consumer reading the original bytes could
@@ -64,7 +88,11 @@ type syntaxError struct {
 	path   string // JSON pointer of the value being read, "" at the root
 	dupKey bool   // a repeated object key (decodeOpts.rejectDuplicates)
 	limit  bool   // valid JSON beyond a decoder limit (depth, number size)
+	budget bool   // over the validation budget (decodeOpts.budget)
 }
+
+// Is makes an over-budget error match ErrValidationBudget.
+func (e *syntaxError) Is(target error) bool { return e.budget && target == ErrValidationBudget }
 
 // valid reports whether the document was valid JSON that the decoder
 // refused anyway (a limit or a repeated key).
@@ -94,6 +122,20 @@ type decoder struct {
 	opts  decodeOpts
 	out   decoded
 	stack []frame
+	cost  int64 // estimated validation bytes so far (decodeOpts.budget)
+}
+
+// charge adds n to the estimate and fails once it passes the budget.
+func (d *decoder) charge(n int64) error {
+	if d.opts.budget <= 0 {
+		return nil
+	}
+	d.cost += n
+	if d.cost > d.opts.budget {
+		return &syntaxError{msg: fmt.Sprintf("validating it would need more than the %d-byte validation budget (about %d bytes per JSON value)", d.opts.budget, ValueCost),
+			offset: d.pos, path: d.shortPath(), limit: true, budget: true}
+	}
+	return nil
 }
 
 // decodeJSON decodes data, which must hold exactly one JSON value (RFC 8259)
@@ -113,6 +155,7 @@ func decodeJSON(data []byte, opts decodeOpts) (*decoded, error) {
 		return nil, d.errorf("invalid character %s after top-level value", quoteChar(d.data[d.pos]))
 	}
 	d.out.v = v
+	d.out.cost = d.cost
 	return &d.out, nil
 }
 
@@ -177,6 +220,9 @@ func (d *decoder) skipWS() {
 }
 
 func (d *decoder) value() (any, error) {
+	if err := d.charge(ValueCost); err != nil {
+		return nil, err
+	}
 	if d.pos >= len(d.data) {
 		return nil, d.errorf("unexpected end of JSON input")
 	}
@@ -227,7 +273,13 @@ func (d *decoder) push(f frame) error {
 
 func (d *decoder) object() (any, error) {
 	d.pos++ // '{'
-	m := map[string]any{}
+	if err := d.charge(objectCost); err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if !d.opts.discard {
+		m = map[string]any{}
+	}
 	record := d.opts.spanDepth > 0 && len(d.stack) < d.opts.spanDepth
 	if err := d.push(frame{}); err != nil {
 		return nil, err
@@ -251,8 +303,11 @@ func (d *decoder) object() (any, error) {
 			return nil, err
 		}
 		key := k.(string)
+		if err := d.charge(memberCost); err != nil {
+			return nil, err
+		}
 		d.stack[len(d.stack)-1].key = key
-		if _, seen := m[key]; seen {
+		if _, seen := m[key]; seen && !d.opts.discard {
 			if d.opts.rejectDuplicates {
 				d.pos = keyStart
 				return nil, &syntaxError{msg: fmt.Sprintf("duplicate key %q", key), offset: keyStart, path: d.shortPath(), dupKey: true}
@@ -279,7 +334,9 @@ func (d *decoder) object() (any, error) {
 			}
 			d.out.spans[d.path()] = span{start, d.pos}
 		}
-		m[key] = v
+		if !d.opts.discard {
+			m[key] = v
+		}
 		d.skipWS()
 		if d.pos >= len(d.data) {
 			return nil, d.errorf("unexpected end of JSON input")
@@ -300,7 +357,11 @@ func (d *decoder) object() (any, error) {
 
 func (d *decoder) array() (any, error) {
 	d.pos++ // '['
-	a := []any{}
+	var a []any
+	if !d.opts.discard {
+		a = []any{}
+	}
+	n := 0
 	if err := d.push(frame{arr: true}); err != nil {
 		return nil, err
 	}
@@ -311,12 +372,15 @@ func (d *decoder) array() (any, error) {
 		return a, nil
 	}
 	for {
-		d.stack[len(d.stack)-1].index = len(a)
+		d.stack[len(d.stack)-1].index = n
 		v, err := d.value()
 		if err != nil {
 			return nil, err
 		}
-		a = append(a, v)
+		n++
+		if !d.opts.discard {
+			a = append(a, v)
+		}
 		d.skipWS()
 		if d.pos >= len(d.data) {
 			return nil, d.errorf("unexpected end of JSON input")
@@ -396,6 +460,9 @@ func (d *decoder) number() (any, error) {
 		return nil, d.limitf("number literal longer than %d characters", maxNumberLen)
 	}
 	d.pos = i
+	if d.opts.discard {
+		return nil, nil // boxing a json.Number allocates
+	}
 	return json.Number(data[start:i]), nil
 }
 
@@ -411,12 +478,19 @@ func (d *decoder) string() (any, error) {
 	// Fast path: plain ASCII without escapes.
 	if i := start + plainRun(data[start:]); i < len(data) && data[i] == '"' {
 		d.pos = i + 1
+		if d.opts.discard {
+			return "", nil // a constant: no allocation
+		}
 		if d.opts.borrow && i > start {
 			return unsafe.String(&data[start], i-start), nil
+		}
+		if err := d.charge(int64(i - start)); err != nil {
+			return nil, err
 		}
 		return string(data[start:i]), nil
 	}
 	var sb strings.Builder
+	keep := !d.opts.discard
 	i := start
 	for {
 		if i >= len(data) {
@@ -427,6 +501,12 @@ func (d *decoder) string() (any, error) {
 		switch {
 		case c == '"':
 			d.pos = i + 1
+			if !keep {
+				return "", nil
+			}
+			if err := d.charge(int64(sb.Len())); err != nil {
+				return nil, err
+			}
 			return sb.String(), nil
 		case c < 0x20:
 			d.pos = i
@@ -439,22 +519,34 @@ func (d *decoder) string() (any, error) {
 			}
 			switch data[i] {
 			case '"', '\\', '/':
-				sb.WriteByte(data[i])
+				if keep {
+					sb.WriteByte(data[i])
+				}
 				i++
 			case 'b':
-				sb.WriteByte('\b')
+				if keep {
+					sb.WriteByte('\b')
+				}
 				i++
 			case 'f':
-				sb.WriteByte('\f')
+				if keep {
+					sb.WriteByte('\f')
+				}
 				i++
 			case 'n':
-				sb.WriteByte('\n')
+				if keep {
+					sb.WriteByte('\n')
+				}
 				i++
 			case 'r':
-				sb.WriteByte('\r')
+				if keep {
+					sb.WriteByte('\r')
+				}
 				i++
 			case 't':
-				sb.WriteByte('\t')
+				if keep {
+					sb.WriteByte('\t')
+				}
 				i++
 			case 'u':
 				r, ok := hex4(data, i+1)
@@ -478,20 +570,26 @@ func (d *decoder) string() (any, error) {
 						d.out.lossy = true
 					}
 				}
-				sb.WriteRune(r)
+				if keep {
+					sb.WriteRune(r)
+				}
 			default:
 				d.pos = i
 				return nil, d.errorf("invalid character %s in string escape code", quoteChar(data[i]))
 			}
 		case c < utf8.RuneSelf:
-			sb.WriteByte(c)
+			if keep {
+				sb.WriteByte(c)
+			}
 			i++
 		default:
 			r, size := utf8.DecodeRune(data[i:])
 			if r == utf8.RuneError && size == 1 {
 				d.out.lossy = true
 			}
-			sb.WriteRune(r)
+			if keep {
+				sb.WriteRune(r)
+			}
 			i += size
 		}
 	}

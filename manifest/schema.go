@@ -104,7 +104,31 @@ func compileSchema(pointer string, doc any, rule dialectRule) (s *Schema, err er
 	return &Schema{sch: sch, doc: doc, reach: defaultsReach(sch)}, nil
 }
 
-// Validate validates doc, which must be exactly one JSON value, against s.
+// DefaultValidationBudget is the validation budget of Validate (and of
+// Tool.ValidateInput and Tool.ValidateOutput): validating one document may
+// hold at most about this many bytes (see ValueCost), whatever its size.
+const DefaultValidationBudget = 256 << 20
+
+// ErrValidationBudget is matched (errors.Is) by the error of a document
+// that validating would need more memory for than its budget allows. It is
+// refused before the validator runs; its toolerr.Error is the usual
+// input- or output-validation-failed with a "is refused" message.
+var ErrValidationBudget = errors.New("validation budget exceeded")
+
+// Validate is ValidateWithin with DefaultValidationBudget.
+func (s *Schema) Validate(doc []byte, fillDefaults bool) (out []byte, issues []toolerr.Issue, err error) {
+	return s.ValidateWithin(doc, fillDefaults, DefaultValidationBudget)
+}
+
+// ValidateWithin validates doc, which must be exactly one JSON value,
+// against s, holding at most about budget bytes while doing so (budget <= 0:
+// DefaultValidationBudget). The cost is estimated while decoding, before
+// the validator runs: ValueCost per JSON value (its tree node and the
+// validator error it may produce) plus the bytes of strings that must be
+// copied; a document over the budget fails with an error matching
+// ErrValidationBudget, having cost at most the budget. A schema that
+// accepts everything ({}, true, annotations only) is checked without a
+// tree when no defaults are filled.
 //
 // With fillDefaults, missing properties that have a schema default are
 // filled first (see Tool.ValidateInput), and out is the document a consumer
@@ -117,15 +141,27 @@ func compileSchema(pointer string, doc any, rule dialectRule) (s *Schema, err er
 //
 // issues is empty when doc is valid; otherwise it lists Ajv-shaped
 // problems in a deterministic order (a failure inside the validator itself
-// becomes one issue, never a panic). err is non-nil only when doc is not
+// becomes one issue, never a panic), at most MaxIssues of them and about
+// MaxIssueBytes of JSON, the last one then saying how many more there were
+// (keyword "", params {"omitted": N}). err is non-nil only when doc is not
 // one JSON value or exceeds the decoder's limits: nesting deeper than 10000,
 // a number literal longer than 1000 characters or with an exponent beyond
-// ±10000 (exact comparison of such numbers would cost minutes of CPU).
-func (s *Schema) Validate(doc []byte, fillDefaults bool) (out []byte, issues []toolerr.Issue, err error) {
+// ±10000 (exact comparison of such numbers would cost minutes of CPU), or
+// the budget.
+func (s *Schema) ValidateWithin(doc []byte, fillDefaults bool, budget int64) (out []byte, issues []toolerr.Issue, err error) {
+	if budget <= 0 {
+		budget = DefaultValidationBudget
+	}
+	if !fillDefaults && s.acceptsAll() {
+		if _, err := decodeJSON(doc, decodeOpts{discard: true}); err != nil {
+			return nil, nil, err
+		}
+		return doc, nil, nil
+	}
 	// The tree borrows doc's bytes: it is dropped before Validate returns
-	// (defaults are re-encoded into new bytes), except through issues, which
-	// come from a copying decode instead.
-	d, err := decodeJSON(doc, decodeOpts{borrow: true})
+	// (defaults are re-encoded into new bytes); issues are detached from it
+	// (their strings copied).
+	d, err := decodeJSON(doc, decodeOpts{borrow: true, budget: budget})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -138,13 +174,30 @@ func (s *Schema) Validate(doc []byte, fillDefaults bool) (out []byte, issues []t
 	if issues = s.validate(d.v); len(issues) == 0 {
 		return out, nil, nil
 	}
-	if d, err = decodeJSON(doc, decodeOpts{}); err != nil {
-		return nil, nil, err
+	return out, detachIssues(issues), nil
+}
+
+// annotations are the keywords that never make a value invalid.
+var annotations = map[string]bool{
+	"$schema": true, "$id": true, "$comment": true, "$anchor": true, "$dynamicAnchor": true,
+	"$defs": true, "definitions": true, "title": true, "description": true, "default": true,
+	"examples": true, "deprecated": true, "readOnly": true, "writeOnly": true,
+}
+
+// acceptsAll reports whether the schema is true, {} or annotations only.
+func (s *Schema) acceptsAll() bool {
+	switch d := s.doc.(type) {
+	case bool:
+		return d
+	case map[string]any:
+		for k := range d {
+			if !annotations[k] {
+				return false
+			}
+		}
+		return true
 	}
-	if fillDefaults {
-		s.fill(d.v)
-	}
-	return out, s.validate(d.v), nil
+	return false
 }
 
 // fill inserts defaults into v and reports whether it inserted any.

@@ -67,7 +67,15 @@ func (t *Tool) OutputSchema() *Schema { return t.output }
 // Ajv-shaped Issues; input that is not JSON gets one issue with an empty
 // keyword whose message says why.
 func (t *Tool) ValidateInput(input []byte) ([]byte, error) {
-	out, issues, err := t.input.Validate(input, true)
+	return t.ValidateInputWithin(input, DefaultValidationBudget)
+}
+
+// ValidateInputWithin is ValidateInput holding at most about budget bytes
+// (see Schema.ValidateWithin): over it, the input is refused
+// (input-validation-failed, errors.Is ErrValidationBudget) before any
+// validation work.
+func (t *Tool) ValidateInputWithin(input []byte, budget int64) ([]byte, error) {
+	out, issues, err := t.input.ValidateWithin(input, true, budget)
 	if err != nil {
 		return nil, notJSON(toolerr.InputValidationFailed, "input", err).WithTool(t.ID)
 	}
@@ -83,7 +91,14 @@ func (t *Tool) ValidateInput(input []byte) ([]byte, error) {
 // "output is not valid JSON: ..."; a schema violation fails with Ajv-shaped
 // Issues. Both are *toolerr.Error with Code toolerr.OutputValidationFailed.
 func (t *Tool) ValidateOutput(output []byte) (json.RawMessage, error) {
-	_, issues, err := t.output.Validate(output, false)
+	return t.ValidateOutputWithin(output, DefaultValidationBudget)
+}
+
+// ValidateOutputWithin is ValidateOutput holding at most about budget bytes
+// (see Schema.ValidateWithin); the executor passes the call's memMB
+// headroom.
+func (t *Tool) ValidateOutputWithin(output []byte, budget int64) (json.RawMessage, error) {
+	_, issues, err := t.output.ValidateWithin(output, false, budget)
 	if err != nil {
 		return nil, notJSON(toolerr.OutputValidationFailed, "output", err).WithTool(t.ID)
 	}
