@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/sandboxd/sandboxd/artifact"
 	"github.com/sandboxd/sandboxd/executor"
 )
 
@@ -89,6 +90,9 @@ type IndexSource struct {
 // maxModuleBytes caps a module read from the module root.
 const maxModuleBytes = 256 << 20
 
+// maxManifestBytes caps a pack index or tool manifest file.
+const maxManifestBytes = 16 << 20
+
 type indexDoc struct {
 	V               *int                         `json:"v"`
 	PackID          string                       `json:"packId"`
@@ -128,7 +132,7 @@ func (s IndexSource) load() (*packSpec, []Problem) {
 	srcProblem := func(format string, args ...any) (*packSpec, []Problem) {
 		return nil, []Problem{{Path: s.Index, Message: fmt.Sprintf(format, args...)}}
 	}
-	b, err := os.ReadFile(s.Index)
+	b, err := artifact.ReadRegular(s.Index, maxManifestBytes) // never blocks on a FIFO (F13)
 	if err != nil {
 		return srcProblem("cannot read the pack index: %v", err)
 	}
@@ -195,7 +199,7 @@ func indexToolSpec(root *os.Root, rootDir string, t indexTool) (toolSpec, *Probl
 	var wasm []byte
 	var tried []string
 	for _, c := range candidates {
-		f, err := root.Open(c)
+		f, err := artifact.OpenRegularIn(root, c) // a FIFO must not block the load (F13)
 		if err != nil {
 			tried = append(tried, fmt.Sprintf("%s: %v", filepath.Join(rootDir, c), errors.Unwrap(err)))
 			continue
@@ -290,7 +294,7 @@ func (s DirSource) load() (*packSpec, []Problem) {
 	}
 	var problems []Problem
 	for _, f := range files {
-		b, err := os.ReadFile(f)
+		b, err := artifact.ReadRegular(f, maxManifestBytes) // never blocks on a FIFO (F13)
 		if err != nil {
 			problems = append(problems, Problem{Path: f, Message: err.Error()})
 			continue
