@@ -281,6 +281,9 @@ var refusedHeaders = map[string]bool{
 	"upgrade": true, "keep-alive": true, "te": true, "trailer": true, "proxy-connection": true,
 }
 
+// partialHeaders are refused in a request carrying a secret placeholder.
+var partialHeaders = []string{"Range", "If-Range", "Accept-Encoding"}
+
 // credentialHeaders are dropped on a cross-origin redirect.
 var credentialHeaders = []string{"Authorization", "Cookie", "Proxy-Authorization"}
 
@@ -305,6 +308,16 @@ func (s *Session) Do(ctx context.Context, r *Request) (*Response, error) {
 	hdr, secretNames, err := s.buildHeader(r.Header)
 	if err != nil {
 		return nil, err
+	}
+	if len(secretNames) > 0 {
+		// A request carrying a secret may not ask for a part of the answer
+		// or an encoding of it: a reflected value would come back split
+		// (Range) or compressed, past exact-match redaction.
+		for _, h := range partialHeaders {
+			if hdr.Get(h) != "" {
+				return nil, newErr(abi.ErrInvalid, "header %q cannot go in a request that carries a secret placeholder", h)
+			}
+		}
 	}
 	if s.policy.kind == KindNone {
 		a := &Attempt{Method: method, URL: auditURL(u, origin), Reason: "network policy is none"}
@@ -395,6 +408,12 @@ func (s *Session) Do(ctx context.Context, r *Request) (*Response, error) {
 			return fail(e)
 		}
 		s.update(idx, func(a *Attempt) { a.Status, a.Allowed = resp.StatusCode, true })
+		if enc := resp.Header.Get("Content-Encoding"); len(secretNames) > 0 && enc != "" && !strings.EqualFold(enc, "identity") {
+			// The transport undoes only the gzip it asked for itself.
+			discard(resp.Body)
+			s.update(idx, func(a *Attempt) { a.Reason = "encoded response to a request carrying a secret" })
+			return fail(newErr(abi.ErrUnavailable, "the response is content-encoded (%.32q), so it cannot be checked for secret values; it is refused", enc))
+		}
 		loc := resp.Header.Get("Location")
 		if !isRedirect(resp.StatusCode) || loc == "" {
 			return s.newResponse(resp, idx, cancel, reserved)

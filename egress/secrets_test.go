@@ -279,3 +279,32 @@ func TestRedactionMemoryReleased(t *testing.T) {
 		t.Fatal("memory not released")
 	}
 }
+
+// A request carrying a secret cannot ask for a slice or an encoding of the
+// answer (a reflected value would come back past exact-match redaction),
+// and an encoded answer the transport did not undo is refused.
+func TestSecretRequestNoPartialOrEncodedAnswer(t *testing.T) {
+	pol, _ := ParsePolicy("allowlist", []string{"api.example.com"})
+	for _, h := range []string{"Range", "If-Range", "Accept-Encoding"} {
+		s, pn := secretSession(t, pol, reflector(), nil)
+		_, err := s.Do(context.Background(), &Request{URL: "http://api.example.com/", Header: map[string]string{"X-S": "{{secret:API_KEY}}", h: "bytes=0-10"}})
+		if errnoOf(err) != abi.ErrInvalid || len(pn.Dialed()) != 0 {
+			t.Errorf("%s with a placeholder: %v", h, err)
+		}
+	}
+	brotli := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Encoding", "br")
+		_, _ = io.WriteString(w, r.Header.Get("X-S"))
+	})
+	s, _ := secretSession(t, pol, brotli, nil)
+	if _, err := s.Do(context.Background(), &Request{URL: "http://api.example.com/", Header: map[string]string{"X-S": "{{secret:API_KEY}}"}}); errnoOf(err) != abi.ErrUnavailable {
+		t.Fatalf("encoded answer: %v", err)
+	}
+	// Without a placeholder, both are fine.
+	s, _ = secretSession(t, pol, brotli, nil)
+	resp, err := s.Do(context.Background(), &Request{URL: "http://api.example.com/", Header: map[string]string{"Range": "bytes=0-1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Close()
+}

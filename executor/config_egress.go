@@ -21,6 +21,7 @@ type egressConfig struct {
 	tls         *tls.Config
 	limits      egress.Limits
 	secrets     SecretSource
+	secretDests egress.SecretDestinations
 }
 
 // WithEgressAllowCIDRs sets operator allow-ranges: addresses inside them may
@@ -66,6 +67,22 @@ func (c Config) WithEgressLimits(l egress.Limits) Config {
 // ever looked up.
 func (c Config) WithSecrets(src SecretSource) Config {
 	c.egress.secrets = src
+	return c
+}
+
+// WithSecretDestinations binds secrets to the destinations they may be sent
+// to (`--secret-destination NAME=origin`, parsed by
+// egress.ParseSecretDestinations): a bound secret is substituted into a
+// request header only when the request's origin matches one of its entries
+// (and the tool's allowlist admits it); anywhere else the request is refused
+// with an egress "denied" error naming the secret, never its value. Secrets
+// not bound go to any destination of the tool's allowlist (for a declarative
+// HTTP tool without network, its urlTemplate's origin). See docs/egress.md.
+func (c Config) WithSecretDestinations(d egress.SecretDestinations) Config {
+	c.egress.secretDests = make(egress.SecretDestinations, len(d))
+	for k, v := range d {
+		c.egress.secretDests[k] = append([]egress.Entry(nil), v...)
+	}
 	return c
 }
 

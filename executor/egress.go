@@ -75,6 +75,9 @@ func (t *Tool) egressOptions(inv *invocation) egress.Options {
 		Limits:      ec.limits,
 		Memory:      inv.acct,
 		Secret:      func(name string) (string, bool) { return inv.secretValue(name) },
+		// Substituted values are redacted from responses and errors by the
+		// session; bound secrets go only to their destinations.
+		SecretDestinations: ec.secretDests,
 	}
 }
 

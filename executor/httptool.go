@@ -11,6 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/sandboxd/sandboxd/abi"
 	"github.com/sandboxd/sandboxd/egress"
@@ -211,9 +214,17 @@ func parseURLTemplate(t string) (urlTemplate, egress.Origin, error) {
 }
 
 // expand fills the template from the input object; values are
-// percent-encoded for their position.
+// percent-encoded for their position. A path placeholder's value always
+// stays inside its one segment of the template's path: a value that could
+// add, remove or climb segments once a server or proxy decodes and
+// normalises the path is refused with a *segmentError (F10).
 func (ut urlTemplate) expand(input map[string]any) (string, error) {
 	var b strings.Builder
+	type span struct {
+		param      string
+		start, end int
+	}
+	var spans []span
 	for i, p := range ut.params {
 		b.WriteString(ut.parts[i])
 		v, ok := input[p]
@@ -226,12 +237,97 @@ func (ut urlTemplate) expand(input map[string]any) (string, error) {
 		}
 		if ut.query[i] {
 			b.WriteString(url.QueryEscape(s))
-		} else {
-			b.WriteString(url.PathEscape(s))
+			continue
 		}
+		if reason := pathValueProblem(s); reason != "" {
+			return "", &segmentError{param: p, reason: reason}
+		}
+		start := b.Len()
+		b.WriteString(url.PathEscape(s))
+		spans = append(spans, span{p, start, b.Len()})
 	}
 	b.WriteString(ut.parts[len(ut.parts)-1])
-	return b.String(), nil
+	out := b.String()
+	// The whole segment each value lands in (the template may put literal
+	// text or other placeholders beside it) must still be one ordinary
+	// segment: not empty, not a dot segment in any spelling.
+	for _, sp := range spans {
+		from := strings.LastIndexByte(out[:sp.start], '/') + 1
+		to := len(out)
+		if i := strings.IndexAny(out[sp.end:], "/?#"); i >= 0 {
+			to = sp.end + i
+		}
+		if reason := segmentProblem(out[from:to]); reason != "" {
+			return "", &segmentError{param: sp.param, reason: reason}
+		}
+	}
+	return out, nil
+}
+
+// segmentError is a path placeholder value that would change the path's
+// segments.
+type segmentError struct{ param, reason string }
+
+func (e *segmentError) Error() string {
+	return fmt.Sprintf("{%s}: the value %s; a path placeholder fills exactly one path segment", e.param, e.reason)
+}
+
+// decodeFully percent-decodes s until it stops changing (at most 4 rounds,
+// for servers and proxies that decode more than once); an invalid escape
+// ends the decoding where it is.
+func decodeFully(s string) string {
+	for range 4 {
+		d, err := url.PathUnescape(s)
+		if err != nil || d == s {
+			return s
+		}
+		s = d
+	}
+	return s
+}
+
+// pathValueProblem says why a path placeholder value is refused, or "".
+// It looks at the value as written and fully decoded, also after Unicode
+// compatibility normalisation (fullwidth "／", "．"): no '/' or '\'
+// (%2F, %5C), no control characters, valid UTF-8.
+func pathValueProblem(v string) string {
+	for _, d := range []string{v, decodeFully(v)} {
+		if !utf8.ValidString(d) {
+			return "is not valid UTF-8 once percent-decoded"
+		}
+		for _, f := range []string{d, norm.NFKC.String(d)} {
+			if strings.ContainsAny(f, "/\\") {
+				return "contains a path separator ('/' or '\\', encoded or not)"
+			}
+			for _, r := range f {
+				if r < 0x20 || r == 0x7f {
+					return "contains a control character"
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// segmentProblem says why an expanded path segment is refused, or "": empty
+// (a server may collapse "//", removing a segment), or a dot segment in any
+// spelling once decoded and normalised — ".", "..", "%2e%2E", "．．", "..;x"
+// (servlet path parameters), ".. " or "..." (trimmed by some file systems).
+func segmentProblem(seg string) string {
+	d := decodeFully(seg)
+	if d == "" {
+		return "is empty (it would remove a path segment)"
+	}
+	for _, f := range []string{d, norm.NFKC.String(d)} {
+		if i := strings.IndexByte(f, ';'); i >= 0 {
+			f = f[:i]
+		}
+		f = strings.TrimRight(f, " \t")
+		if f == "" || strings.Trim(f, ".") == "" {
+			return "makes a dot segment (\".\" or \"..\", encoded or not)"
+		}
+	}
+	return ""
 }
 
 func scalarString(v any) (string, error) {
@@ -319,7 +415,13 @@ func (t *Tool) runHTTP(ctx context.Context, inv *invocation, cc *CallContext) *r
 	_ = dec.Decode(&in) // a non-object input fills no placeholder
 	u, err := s.tmpl.expand(in)
 	if err != nil {
-		out.err = toolerr.New(toolerr.InputValidationFailed, "%v", err)
+		te := toolerr.New(toolerr.InputValidationFailed, "%v", err)
+		var se *segmentError
+		if errors.As(err, &se) {
+			te.Issues = []toolerr.Issue{{InstancePath: "/" + escapePointer(se.param), SchemaPath: "#/spec/urlTemplate", Keyword: "pathSegment",
+				Params: map[string]any{"placeholder": se.param}, Message: "must fill exactly one path segment: it " + se.reason}}
+		}
+		out.err = te
 		return out
 	}
 	hdr := map[string]string{}
@@ -372,7 +474,7 @@ func (t *Tool) runHTTP(ctx context.Context, inv *invocation, cc *CallContext) *r
 	lim.RequestTimeout = s.timeout
 	sess := egress.NewSession(s.policy, egress.Options{
 		Resolver: ec.resolver, Dial: ec.dial, AllowRanges: ec.allowRanges, TLSConfig: ec.tls,
-		Limits: lim, Memory: acct, Secret: secret,
+		Limits: lim, Memory: acct, Secret: secret, SecretDestinations: ec.secretDests,
 	})
 	defer sess.Close()
 	inv.mu.Lock()
@@ -384,23 +486,37 @@ func (t *Tool) runHTTP(ctx context.Context, inv *invocation, cc *CallContext) *r
 		return out
 	}
 	defer resp.Close()
-	data, err := io.ReadAll(resp)
+	// The body streams into a buffer charged to the call's memMB account
+	// (limits-exceeded memMB past it); bodies of error answers only up to
+	// the excerpt. What the session hands over is already redacted: every
+	// substituted secret value is replaced by its marker (F08).
+	success := resp.Status >= s.okMin && resp.Status <= s.okMax
+	capAt := int64(-1)
+	if !success {
+		capAt = maxErrorBodyExcerpt
+	}
+	data, err := readCharged(resp, acct, capAt)
 	if err != nil {
+		if errors.Is(err, errMemMB) {
+			out.err = t.memExceeded(acct.Refused(), fmt.Sprintf("the response body does not fit in memMB %d", t.limits.memMB))
+			return out
+		}
 		out.err = t.httpToolError(ctx, acct, err)
 		return out
 	}
-	if resp.Status < s.okMin || resp.Status > s.okMax {
-		excerpt := data
-		if len(excerpt) > maxErrorBodyExcerpt {
-			excerpt = excerpt[:maxErrorBodyExcerpt]
-		}
+	if !success {
 		out.err = &toolerr.Error{Code: toolerr.HandlerError,
 			Message: fmt.Sprintf("the server answered %d, outside successStatus %d-%d", resp.Status, s.okMin, s.okMax),
-			Details: map[string]any{"status": resp.Status, "body": sanitizeLine(excerpt)}}
+			Details: map[string]any{"status": resp.Status, "body": sess.Redact(sanitizeLine(data))}}
 		return out
 	}
 	if !s.parseJSON {
-		out.output, _ = json.Marshal(string(data))
+		n := jsonStringLen(data)
+		if !acct.Reserve(int64(n)) {
+			out.err = t.memExceeded(acct.Refused(), fmt.Sprintf("the output does not fit in memMB %d", t.limits.memMB))
+			return out
+		}
+		out.output = appendJSONString(make([]byte, 0, n), data)
 		return out
 	}
 	if !json.Valid(data) {
@@ -428,4 +544,131 @@ func (t *Tool) httpToolError(ctx context.Context, acct *limits.Account, err erro
 		return t.memExceeded(acct.Refused(), msg)
 	}
 	return &toolerr.Error{Code: toolerr.HandlerError, Message: msg, Details: map[string]any{"egress": errno.String()}}
+}
+
+// errMemMB is readCharged's refusal: the body does not fit in the account.
+var errMemMB = errors.New("the response body does not fit in memMB")
+
+// readChunk is how much readCharged asks of the body at a time.
+const readChunk = 32 << 10
+
+// readCharged reads r into a buffer whose capacity is reserved in acct
+// before it is allocated (when the buffer grows, old and new are both
+// charged while both live), up to capAt bytes when capAt >= 0. It returns
+// errMemMB when acct refuses, or r's error.
+func readCharged(r io.Reader, acct *limits.Account, capAt int64) ([]byte, error) {
+	var data []byte
+	chunk := make([]byte, readChunk)
+	if !acct.Reserve(readChunk) {
+		return nil, errMemMB
+	}
+	defer acct.Release(readChunk)
+	for capAt < 0 || int64(len(data)) < capAt {
+		want := chunk
+		if capAt >= 0 {
+			want = chunk[:min(int64(len(chunk)), capAt-int64(len(data)))]
+		}
+		n, err := r.Read(want)
+		if n > 0 {
+			if len(data)+n > cap(data) {
+				newCap := max(2*cap(data), len(data)+n, 4<<10)
+				if capAt >= 0 {
+					newCap = min(newCap, int(capAt))
+				}
+				if !acct.Reserve(int64(newCap)) {
+					acct.Release(int64(cap(data)))
+					return nil, errMemMB
+				}
+				grown := make([]byte, len(data), newCap)
+				copy(grown, data)
+				acct.Release(int64(cap(data)))
+				data = grown
+			}
+			data = append(data, want[:n]...)
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			acct.Release(int64(cap(data)))
+			return nil, err
+		}
+	}
+	return data, nil
+}
+
+// jsonStringLen is the length of appendJSONString(nil, b).
+func jsonStringLen(b []byte) int {
+	n := 2
+	for i := 0; i < len(b); {
+		c := b[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				n += 2
+			case c < 0x20 || c == '<' || c == '>' || c == '&' || c == 0x7f:
+				if c == '\n' || c == '\r' || c == '\t' {
+					n += 2
+				} else {
+					n += 6
+				}
+			default:
+				n++
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(b[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			n += 6 // \ufffd
+		case r == '\u2028' || r == '\u2029':
+			n += 6
+		default:
+			n += size
+		}
+		i += size
+	}
+	return n
+}
+
+// appendJSONString appends b as a JSON string: invalid UTF-8 becomes
+// U+FFFD, and <, >, &, U+2028 and U+2029 are escaped as encoding/json does.
+func appendJSONString(dst, b []byte) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	for i := 0; i < len(b); {
+		c := b[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				dst = append(dst, '\\', c)
+			case c == '\n':
+				dst = append(dst, '\\', 'n')
+			case c == '\r':
+				dst = append(dst, '\\', 'r')
+			case c == '\t':
+				dst = append(dst, '\\', 't')
+			case c < 0x20 || c == '<' || c == '>' || c == '&' || c == 0x7f:
+				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			default:
+				dst = append(dst, c)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(b[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			dst = append(dst, `\ufffd`...)
+		case r == '\u2028':
+			dst = append(dst, `\u2028`...)
+		case r == '\u2029':
+			dst = append(dst, `\u2029`...)
+		default:
+			dst = append(dst, b[i:i+size]...)
+		}
+		i += size
+	}
+	return append(dst, '"')
 }
