@@ -8,8 +8,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"regexp"
 	"runtime"
+	"runtime/debug"
 	"runtime/metrics"
 	"strings"
 	"sync"
@@ -277,4 +279,154 @@ func TestF14SlowBodyCutAtBodyDeadline(t *testing.T) {
 		t.Errorf("message %q", m["message"])
 	}
 	eventually(t, "the charge released", func() bool { n, _ := ts.BodyBytes(); return n == 0 })
+}
+
+// rssWatch measures the process's peak RSS growth: it resets the kernel's
+// high-water mark (/proc/self/clear_refs) and reads VmHWM against VmRSS.
+type rssWatch struct{ base int64 }
+
+func procStatus(field string) int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, field+":"); ok {
+			var kb int64
+			fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), &kb)
+			return kb << 10
+		}
+	}
+	return -1
+}
+
+func startRSSWatch() *rssWatch {
+	runtime.GC()
+	debug.FreeOSMemory()
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		return nil
+	}
+	return &rssWatch{base: procStatus("VmRSS")}
+}
+
+// growth is the peak RSS growth since the watch began (-1: unknown).
+func (w *rssWatch) growth() int64 {
+	if w == nil || w.base < 0 {
+		return -1
+	}
+	return procStatus("VmHWM") - w.base
+}
+
+func mib(n int64) float64 { return float64(n) / (1 << 20) }
+
+// F18 finding shape through serve: a 2 MB input {"a":[0,…]} against items
+// string. It is refused within the tool's memMB (16): one issue, a small
+// answer, at once, with memory bounded by memMB.
+func TestF18ServeInputBounded(t *testing.T) {
+	itemsString := map[string]any{"type": "object", "properties": map[string]any{
+		"a": map[string]any{"type": "array", "items": map[string]any{"type": "string"}}}}
+	ts := start(t, server.StaticSource{Tools: []server.StaticTool{
+		tool(t, "t.in16", "echo_reactor", 16, 1000, map[string]any{"input": itemsString}),
+		tool(t, "t.in64", "echo_reactor", 64, 1000, map[string]any{"input": itemsString}),
+	}}, server.Options{})
+	for _, tc := range []struct {
+		tool   string
+		memMB  int64
+		n      int
+		issues int
+	}{
+		{"t.in16", 16, 1_000_000, 1}, // over the budget: refused unvalidated
+		{"t.in64", 64, 100_000, 101}, // within it: validated, issues capped
+	} {
+		input := `{"a":[0` + strings.Repeat(",0", tc.n-1) + `]}`
+		body := invokeBody(tc.tool, input)
+		hs, rw := startHeapSampler(), startRSSWatch()
+		t0 := time.Now()
+		r := ts.invoke(t, body)
+		took := time.Since(t0)
+		heap, rss := hs.peakDelta(), rw.growth()
+		m := wantError(t, r, "input-validation-failed")
+		issues, _ := m["issues"].([]any)
+		t.Logf("%s memMB %d, %d-byte input (%d items): %d issues, answer %d bytes, %v, heap peak +%.1f MiB, RSS peak +%.1f MiB",
+			tc.tool, tc.memMB, len(input), tc.n, len(issues), len(r.body), took, mib(heap), mib(rss))
+		if len(issues) != tc.issues || len(r.body) > 1<<20 {
+			t.Errorf("%d issues, answer %d bytes", len(issues), len(r.body))
+		}
+		// memMB × 1.25 + 32 MiB, plus the request body (charged to the
+		// body budget: twice its size).
+		lim := tc.memMB<<20*5/4 + 32<<20 + 2*int64(len(body))
+		if heap > lim || rss > lim {
+			t.Errorf("heap +%d / RSS +%d > %d", heap, rss, lim)
+		}
+		if took > 5*time.Second {
+			t.Errorf("took %v", took)
+		}
+	}
+}
+
+// F18 finding shape: a memMB-42 guest outputs a 16 MB [0,…] (8M values)
+// against items string. Its validation would need gigabytes: it is
+// refused within the call's memMB headroom, at once.
+func TestF18ServeFailingOutputBounded(t *testing.T) {
+	out := map[string]any{"type": "array", "items": map[string]any{"type": "string"}}
+	ts := start(t, server.StaticSource{Tools: []server.StaticTool{
+		tool(t, "t.arr42", "f18_array_output", 42, 10_000, map[string]any{"input": map[string]any{"type": "integer"}, "output": out}),
+	}}, server.Options{})
+	ts.invoke(t, invokeBody("t.arr42", "100")) // warm up
+	hs, rw := startHeapSampler(), startRSSWatch()
+	t0 := time.Now()
+	r := ts.invoke(t, invokeBody("t.arr42", "16000000"))
+	took := time.Since(t0)
+	heap, rss := hs.peakDelta(), rw.growth()
+	m := wantError(t, r, "output-validation-failed")
+	t.Logf("memMB 42, 16 MB failing output: %q, answer %d bytes, %v, usage %s, heap peak +%.1f MiB, RSS peak +%.1f MiB",
+		m["message"], len(r.body), took, r.header.Get("sandboxd-usage"), mib(heap), mib(rss))
+	if lim := int64(42<<20)*5/4 + 32<<20; heap > lim || rss > lim {
+		t.Errorf("heap +%d / RSS +%d > %d", heap, rss, lim)
+	}
+	if len(r.body) > 1<<20 || took > 10*time.Second {
+		t.Errorf("answer %d bytes after %v", len(r.body), took)
+	}
+}
+
+// F18 finding shape: a big valid output under a big memMB (64 MB of
+// [0,…] under memMB 200, schema {}) is checked without a tree and written
+// as it is; with a schema that needs the tree it is refused in the
+// headroom instead of holding gigabytes.
+func TestF18ServeBigValidOutput(t *testing.T) {
+	ts := start(t, server.StaticSource{Tools: []server.StaticTool{
+		tool(t, "t.any", "f18_array_output", 200, 20_000, map[string]any{"input": map[string]any{"type": "integer"}}),
+		tool(t, "t.arr", "f18_array_output", 200, 20_000, map[string]any{"input": map[string]any{"type": "integer"},
+			"output": map[string]any{"type": "array"}}),
+	}}, server.Options{})
+	for _, tc := range []struct{ tool, code string }{{"t.any", ""}, {"t.arr", "output-validation-failed"}} {
+		ts.invoke(t, invokeBody(tc.tool, "100"))
+		hs, rw := startHeapSampler(), startRSSWatch()
+		t0 := time.Now()
+		req, _ := http.NewRequest(http.MethodPost, ts.url+"/v1/invoke", strings.NewReader(invokeBody(tc.tool, "64000000")))
+		for k, v := range authJSON() {
+			req.Header.Set(k, v)
+		}
+		res, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		head := make([]byte, 200)
+		n, _ := io.ReadFull(res.Body, head)
+		rest, _ := io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		took := time.Since(t0)
+		heap, rss := hs.peakDelta(), rw.growth()
+		t.Logf("%s memMB 200, 64 MB output: %d, %d-byte answer %.80q…, %v, usage %s, heap peak +%.1f MiB, RSS peak +%.1f MiB",
+			tc.tool, res.StatusCode, int64(n)+rest, head[:n], took, res.Header.Get("sandboxd-usage"), mib(heap), mib(rss))
+		if tc.code == "" && !bytes.HasPrefix(head, []byte(`{"v":2,"kind":"result","output":[0,0,`)) {
+			t.Errorf("%s: answer %q", tc.tool, head[:n])
+		}
+		if tc.code != "" && !bytes.Contains(head, []byte(`"code":"`+tc.code+`"`)) {
+			t.Errorf("%s: answer %q", tc.tool, head[:n])
+		}
+		if lim := int64(200<<20)*5/4 + 32<<20; heap > lim || rss > lim {
+			t.Errorf("%s: heap +%d / RSS +%d > %d", tc.tool, heap, rss, lim)
+		}
+	}
 }

@@ -573,7 +573,15 @@ func (s *Server) record(rec *callRecord) {
 // answer writes a 200 pack-protocol response with the headers every 200
 // answer carries.
 func (s *Server) answer(w http.ResponseWriter, c *catalog, start time.Time, msg any, usage *executor.Usage, callID string) {
-	b, err := json.Marshal(msg)
+	var b []byte
+	var err error
+	if r, ok := msg.(wireResult); ok {
+		// The output is validated JSON: written as it is, not re-encoded
+		// (json.Marshal would copy a big output twice more, outside memMB).
+		b = r.appendJSON()
+	} else if b, err = json.Marshal(msg); err == nil {
+		b = append(b, '\n')
+	}
 	if err != nil {
 		s.internal(w, c, fmt.Errorf("cannot encode the answer: %w", err))
 		return
@@ -590,7 +598,7 @@ func (s *Server) answer(w http.ResponseWriter, c *catalog, start time.Time, msg 
 		h.Set(HeaderCallID, callID)
 	}
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(append(b, '\n'))
+	_, _ = w.Write(b)
 }
 
 // internal answers 500: the service itself failed.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/sandboxd/sandboxd/executor"
@@ -61,6 +62,21 @@ type wireResult struct {
 	V      int             `json:"v"`
 	Kind   string          `json:"kind"`
 	Output json.RawMessage `json:"output"`
+}
+
+// appendJSON encodes the result with a final newline, the output as it
+// is (one JSON value, already validated).
+func (r wireResult) appendJSON() []byte {
+	out := r.Output
+	if len(out) == 0 {
+		out = json.RawMessage("null")
+	}
+	b := make([]byte, 0, len(out)+48)
+	b = append(b, `{"v":`...)
+	b = strconv.AppendInt(b, int64(r.V), 10)
+	b = append(b, `,"kind":"result","output":`...)
+	b = append(b, out...)
+	return append(b, '}', '\n')
 }
 
 // wireError is the closed error message.
