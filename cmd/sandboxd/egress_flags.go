@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/executor"
 )
 
@@ -14,12 +15,14 @@ type egressFlags struct {
 	allowCIDRs   stringList
 	secretsFiles stringList
 	secretsEnv   string
+	secretDests  stringList
 }
 
 func (f *egressFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.allowCIDRs, "egress-allow-cidr", "let the HTTP import reach addresses in this CIDR although they are loopback/private/link-local (repeatable; the tool's network policy must still admit the host)")
 	fs.Var(&f.secretsFiles, "secrets-file", "operator secrets: a JSON object {\"NAME\":\"value\"} or NAME=VALUE lines (repeatable; later files win; only names a tool declares in needsSpec.secrets are used)")
 	fs.StringVar(&f.secretsEnv, "secrets-env-prefix", "", "operator secrets from environment variables PREFIX+NAME (the call context's secrets and --secrets-file win)")
+	fs.Var(&f.secretDests, "secret-destination", "NAME=[scheme://]host[:port]: secret NAME is substituted only into requests to this destination (repeatable; default: any destination of the tool's allowlist; see docs/egress.md)")
 }
 
 // apply adds the settings to cfg. Errors never contain a secret value.
@@ -52,6 +55,13 @@ func (f *egressFlags) apply(cfg executor.Config) (executor.Config, error) {
 	}
 	if len(srcs) > 0 {
 		cfg = cfg.WithSecrets(executor.ChainSecrets(srcs...))
+	}
+	if len(f.secretDests) > 0 {
+		d, err := egress.ParseSecretDestinations(f.secretDests)
+		if err != nil {
+			return cfg, fmt.Errorf("--secret-destination: %v", err)
+		}
+		cfg = cfg.WithSecretDestinations(d)
 	}
 	return cfg, nil
 }

@@ -96,3 +96,42 @@ func TestRunOperatorSecrets(t *testing.T) {
 		t.Fatalf("bad secrets file: exit %d %s", code, stderr)
 	}
 }
+
+// --secret-destination binds a secret: sent to its destination, refused
+// (exit 1, no value in the output) for another one the allowlist admits.
+func TestRunSecretDestination(t *testing.T) {
+	seen := make(chan string, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Header.Get("Authorization")
+		fmt.Fprint(w, `{}`)
+	}))
+	defer srv.Close()
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(srv.URL, "http://"))
+	man := writeManifest(t, "http_fetch_reactor", map[string]any{
+		"sandbox":   "strict",
+		"limits":    map[string]any{"memMB": 64, "cpuMs": 5000},
+		"network":   map[string]any{"kind": "allowlist", "hosts": []string{"127.0.0.1:" + port, "127.0.0.2:" + port}},
+		"needsSpec": map[string]any{"secrets": map[string]any{"TOKEN": map[string]any{"type": "string"}}},
+	})
+	file := filepath.Join(t.TempDir(), "secrets.json")
+	if err := os.WriteFile(file, []byte(`{"TOKEN":"file-s3cret"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"run", "--timeout", "1m", "--manifest", "", "--input", "-", "--secrets-file", file, "--secret-destination", "TOKEN=http://127.0.0.1:" + port}
+	args[4] = man
+	in := func(host string) string {
+		return fmt.Sprintf(`{"url":"http://%s:%s/","headers":{"Authorization":"Bearer {{secret:TOKEN}}"}}`, host, port)
+	}
+	code, stdout, stderr := runCLI(t, in("127.0.0.1"), args...)
+	if code != 0 || <-seen != "Bearer file-s3cret" {
+		t.Fatalf("exit %d: %s %s", code, stdout, stderr)
+	}
+	code, stdout, stderr = runCLI(t, in("127.0.0.2"), args...)
+	if code == 0 || !strings.Contains(stdout, `may not be sent to http://127.0.0.2:`+port) || strings.Contains(stdout+stderr, "s3cret") {
+		t.Fatalf("exit %d: %s %s", code, stdout, stderr)
+	}
+	code, _, stderr = runCLI(t, in("127.0.0.1"), append(args[:len(args):len(args)], "--secret-destination", "TOKEN")...)
+	if code != 2 || !strings.Contains(stderr, "--secret-destination") {
+		t.Fatalf("bad spec: exit %d %s", code, stderr)
+	}
+}
