@@ -59,6 +59,9 @@ func (e *Executor) newTool(ctx context.Context, mt *manifest.Tool, mod *artifact
 		exec: e, m: mt, posture: mt.Posture(), limits: lim, memLimit: lim.memMB * limits.MiB,
 		needs: nd, digest: mod.Digest, source: mod.Source,
 	}
+	if err := checkCompileBudget(mod.Bytes); err != nil { // compile.go (F16)
+		return nil, err
+	}
 	// wazero lets table.grow allocate host memory up to 2^32 elements; cap
 	// every table so tables alone stay within memMB. The cap is rounded down
 	// to a power of two so that tools sharing a module but not a memMB still
@@ -70,7 +73,11 @@ func (e *Executor) newTool(ctx context.Context, mt *manifest.Tool, mod *artifact
 	}
 	// Meter the module (fuel.go); a module the pass refuses is refused,
 	// unless the operator allows unmetered modules (close-on-context-done).
-	if metered, verdict, ferr := e.instrument(bin); ferr == nil {
+	metered, verdict, ferr, cerr := e.instrumentUntilDone(ctx, bin) // compile.go
+	if cerr != nil {
+		return nil, cerr
+	}
+	if ferr == nil {
 		bin, t.metered, t.verdict = metered, true, verdict // fuelcache.go
 	} else if !e.cfg.allowUnmetered {
 		return nil, unmeteredRefused(ferr)
@@ -98,9 +105,8 @@ func (e *Executor) newTool(ctx context.Context, mt *manifest.Tool, mod *artifact
 			return nil, toolerr.Wrap(toolerr.Internal, err, "instantiate the fuel host module")
 		}
 	}
-	t.compiled, err = t.runtime.CompileModule(ctx, bin)
-	if err != nil {
-		return nil, toolerr.Wrap(toolerr.HandlerShapeInvalid, err, "module does not compile")
+	if t.compiled, err = compile(ctx, t.runtime, bin); err != nil { // compile.go: stops waiting when ctx is done
+		return nil, err
 	}
 	if t.style, t.hasInit, err = checkShape(ctx, t.runtime, t.compiled, mod.Bytes, t.memLimit, lim.memMB); err != nil {
 		return nil, err

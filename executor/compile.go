@@ -1,0 +1,98 @@
+package executor
+
+import (
+	"context"
+	"errors"
+
+	"github.com/tetratelabs/wazero"
+
+	"github.com/sandboxd/sandboxd/internal/wasmbin"
+	"github.com/sandboxd/sandboxd/toolerr"
+)
+
+// checkCompileBudget refuses, before anything else reads the module, a
+// module whose function shapes would make wazero's compiler super-linear
+// (F16: a 1.1 MB module took 56 s). The limits are wasmbin.DefaultBudget,
+// derived from measurement; the message names the function and the limit.
+func checkCompileBudget(bin []byte) error {
+	err := wasmbin.CheckBudget(bin, wasmbin.DefaultBudget)
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, wasmbin.ErrOverBudget) {
+		return toolerr.Wrap(toolerr.HandlerShapeInvalid, err, "module refused before compilation")
+	}
+	return toolerr.Wrap(toolerr.HandlerShapeInvalid, err, "cannot read the module's code")
+}
+
+// compile compiles bin in r and returns when the compilation ends or when
+// ctx is done, whichever comes first: wazero's CompileModule cannot be
+// interrupted, so a process stopping (SIGTERM during boot, a reload, `run`)
+// or a caller giving up must not wait for it. An abandoned compilation
+// finishes in the background and its result is closed; the error is then
+// ctx's (cancelled or deadline-exceeded).
+func compile(ctx context.Context, r wazero.Runtime, bin []byte) (wazero.CompiledModule, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, toolerr.As(err)
+	}
+	type result struct {
+		cm  wazero.CompiledModule
+		err error
+	}
+	done := make(chan result, 1)
+	var abandoned = make(chan struct{})
+	go func() {
+		// The compile must not see ctx's cancellation half way (wazero does
+		// not honour it anyway); it runs to its end.
+		cm, err := r.CompileModule(context.WithoutCancel(ctx), bin)
+		select {
+		case <-abandoned:
+			if cm != nil {
+				_ = cm.Close(context.Background())
+			}
+		default:
+			done <- result{cm, err}
+		}
+	}()
+	select {
+	case res := <-done:
+		if res.err != nil {
+			return nil, toolerr.Wrap(toolerr.HandlerShapeInvalid, res.err, "module does not compile")
+		}
+		return res.cm, nil
+	case <-ctx.Done():
+		close(abandoned)
+		// The goroutine may have sent just before the close.
+		select {
+		case res := <-done:
+			if res.cm != nil {
+				_ = res.cm.Close(context.Background())
+			}
+		default:
+		}
+		return nil, toolerr.Wrap(toolerr.As(ctx.Err()).Code, ctx.Err(), "stopped waiting for the module to compile")
+	}
+}
+
+// instrumentUntilDone runs the fuel pass (fuelcache.go) like compile: it
+// returns when ctx is done even if the pass (linear, but seconds on a large
+// module) is still running; the abandoned pass finishes in the background
+// and fills the fuel cache.
+func (e *Executor) instrumentUntilDone(ctx context.Context, bin []byte) ([]byte, passVerdict, error, error) {
+	type result struct {
+		out     []byte
+		verdict passVerdict
+		err     error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, v, err := e.instrument(bin)
+		done <- result{out, v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.out, r.verdict, r.err, nil
+	case <-ctx.Done():
+		return nil, passVerdict{}, nil, toolerr.Wrap(toolerr.As(ctx.Err()).Code, ctx.Err(), "stopped waiting for the module to be metered")
+	}
+}
