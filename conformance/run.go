@@ -54,6 +54,9 @@ type Options struct {
 	// DefaultMemMB and DefaultCPUMs are the limits of tools that declare
 	// none (0: executor.DefaultMemMB, executor.DefaultCPUMs).
 	DefaultMemMB, DefaultCPUMs int64
+	// MaxMemMB and MaxCPUMs are the operator's ceilings on declared limits
+	// (executor.Config.WithMaxLimits); 0 means none.
+	MaxMemMB, MaxCPUMs int64
 	// FuelBudget gives every call a deterministic work budget in fuel units
 	// (executor.Config.WithFuelBudget); 0 means none.
 	FuelBudget int64
@@ -170,6 +173,7 @@ func Run(ctx context.Context, source string, opts Options) (*Report, error) {
 		}
 		cfg = cfg.WithDefaultLimits(mem, cpu)
 	}
+	cfg = cfg.WithMaxLimits(opts.MaxMemMB, opts.MaxCPUMs)
 	if opts.OCI != nil {
 		cfg = cfg.WithResolver(opts.OCI)
 	}

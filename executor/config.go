@@ -37,6 +37,8 @@ type Config struct {
 	noRecycle      bool         // recycle.go
 	poolIdle       time.Duration
 	seed           uint64
+	maxMemMB       int64 // operator ceilings (WithMaxLimits); 0: none
+	maxCPUMs       int64
 }
 
 // Defaults applied by NewConfig.
@@ -83,6 +85,17 @@ func (c Config) WithCacheDir(dir string) Config {
 // WithDefaultLimits sets the limits for tools whose manifest has none.
 func (c Config) WithDefaultLimits(memMB, cpuMs int64) Config {
 	c.defaultMemMB, c.defaultCPUMs = memMB, cpuMs
+	return c
+}
+
+// WithMaxLimits sets the operator's ceilings on the limits a tool may
+// declare: Load refuses a manifest whose limits.memMB or limits.cpuMs is
+// above them with policy-refused (the operator's policy refuses the tool;
+// nothing ran, so it is not limits-exceeded), and New refuses default
+// limits above them. 0 means no ceiling (memMB is still capped at the wasm32
+// maximum, 4096).
+func (c Config) WithMaxLimits(memMB, cpuMs int64) Config {
+	c.maxMemMB, c.maxCPUMs = memMB, cpuMs
 	return c
 }
 

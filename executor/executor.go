@@ -39,6 +39,12 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 	if cfg.defaultMemMB > maxMemMB {
 		return nil, fmt.Errorf("executor: default memMB %d is over the wasm32 maximum of %d", cfg.defaultMemMB, maxMemMB)
 	}
+	if cfg.maxMemMB < 0 || cfg.maxCPUMs < 0 {
+		return nil, fmt.Errorf("executor: limit ceilings must not be negative (memMB %d, cpuMs %d)", cfg.maxMemMB, cfg.maxCPUMs)
+	}
+	if cfg.maxMemMB > 0 && cfg.defaultMemMB > cfg.maxMemMB || cfg.maxCPUMs > 0 && cfg.defaultCPUMs > cfg.maxCPUMs {
+		return nil, fmt.Errorf("executor: default limits (memMB %d, cpuMs %d) are above the ceilings (memMB %d, cpuMs %d)", cfg.defaultMemMB, cfg.defaultCPUMs, cfg.maxMemMB, cfg.maxCPUMs)
+	}
 	dir := cfg.cacheDir
 	if !cfg.cacheDirSet {
 		d, err := DefaultCacheDir()
@@ -228,6 +234,14 @@ func (e *Executor) effectiveLimits(m *manifest.Manifest) (toolLimits, error) {
 	}
 	if l.memMB > maxMemMB {
 		return l, toolerr.New(toolerr.LevelNotSupported, "limits.memMB %d is over the wasm32 maximum of %d", l.memMB, maxMemMB)
+	}
+	if c := e.cfg.maxMemMB; c > 0 && l.memMB > c {
+		return l, &toolerr.Error{Code: toolerr.PolicyRefused, Message: fmt.Sprintf("limits.memMB %d is above this sandboxd's ceiling of %d (--max-mem-mb)", l.memMB, c),
+			Details: map[string]any{"limit": "memMB", "declared": l.memMB, "max": c}}
+	}
+	if c := e.cfg.maxCPUMs; c > 0 && l.cpuMs > c {
+		return l, &toolerr.Error{Code: toolerr.PolicyRefused, Message: fmt.Sprintf("limits.cpuMs %d is above this sandboxd's ceiling of %d (--max-cpu-ms)", l.cpuMs, c),
+			Details: map[string]any{"limit": "cpuMs", "declared": l.cpuMs, "max": c}}
 	}
 	return l, nil
 }

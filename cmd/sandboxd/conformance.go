@@ -34,6 +34,8 @@ func cmdConformance(ctx context.Context, args []string, _ io.Reader, stdout, std
 		cpuMs         = fs.Int64("default-cpu-ms", executor.DefaultCPUMs, "cpuMs for tools that declare no limits")
 		colorMode     = fs.String("color", "auto", "colour the summary: auto (on a terminal), always, never")
 	)
+	var maxMemMB, maxCPUMs int64
+	registerCeilings(fs, &maxMemMB, &maxCPUMs)
 	var ociOpts ociFlags
 	ociOpts.register(fs, false)
 	fs.Usage = func() {
@@ -66,6 +68,9 @@ func cmdConformance(ctx context.Context, args []string, _ io.Reader, stdout, std
 	if *memMB <= 0 || *cpuMs <= 0 {
 		return usage("--default-mem-mb and --default-cpu-ms must be positive")
 	}
+	if err := checkCeilings(*memMB, *cpuMs, maxMemMB, maxCPUMs); err != nil {
+		return usage("%v", err)
+	}
 	var color bool
 	switch *colorMode {
 	case "auto":
@@ -85,6 +90,7 @@ func cmdConformance(ctx context.Context, args []string, _ io.Reader, stdout, std
 		Cases: *cases, Deploy: *deploy, Deterministic: *deterministic, Seed: *seed,
 		OCI: oci, CacheDir: *cacheDir, CaseTimeout: *caseTimeout,
 		DefaultMemMB: *memMB, DefaultCPUMs: *cpuMs, FuelBudget: *fuelBudget,
+		MaxMemMB: maxMemMB, MaxCPUMs: maxCPUMs,
 	}
 	if *fuelBudget < 0 {
 		return usage("--fuel-budget must not be negative")

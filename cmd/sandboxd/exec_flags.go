@@ -19,6 +19,22 @@ type execFlags struct {
 	cpuMs    int64
 	fuel     int64
 	refused  stringList
+	maxMemMB int64
+	maxCPUMs int64
+}
+
+// Default operator ceilings on the limits a manifest may declare. 1024 MiB
+// is a quarter of what wasm32 can address and 8× the default; 300,000 ms of
+// CPU is 2.5× the default wall deadline. Operators raise them explicitly.
+const (
+	defaultMaxMemMB = 1024
+	defaultMaxCPUMs = 300_000
+)
+
+// registerCeilings adds --max-mem-mb and --max-cpu-ms to fs.
+func registerCeilings(fs *flag.FlagSet, mem, cpu *int64) {
+	fs.Int64Var(mem, "max-mem-mb", defaultMaxMemMB, "ceiling on a manifest's limits.memMB: a tool declaring more is refused at load with policy-refused (0: the wasm32 maximum, 4096)")
+	fs.Int64Var(cpu, "max-cpu-ms", defaultMaxCPUMs, "ceiling on a manifest's limits.cpuMs: a tool declaring more is refused at load with policy-refused (0: none)")
 }
 
 func (f *execFlags) register(fs *flag.FlagSet) {
@@ -27,6 +43,7 @@ func (f *execFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.memMB, "default-mem-mb", executor.DefaultMemMB, "memMB for tools that declare no limits")
 	fs.Int64Var(&f.cpuMs, "default-cpu-ms", executor.DefaultCPUMs, "cpuMs for tools that declare no limits")
 	fs.Int64Var(&f.fuel, "fuel-budget", 0, "deterministic work budget per call in fuel units (about one per Wasm instruction); a call that spends it fails with limits-exceeded, limit fuel (0: none)")
+	registerCeilings(fs, &f.maxMemMB, &f.maxCPUMs)
 	fs.Var(&f.refused, "refuse-posture", "refuse tools with this sandbox posture (repeatable: none, context-isolated, strict)")
 }
 
@@ -37,6 +54,9 @@ func (f *execFlags) apply(cfg executor.Config) (executor.Config, error) {
 	}
 	if f.fuel < 0 {
 		return cfg, errors.New("--fuel-budget must not be negative")
+	}
+	if err := checkCeilings(f.memMB, f.cpuMs, f.maxMemMB, f.maxCPUMs); err != nil {
+		return cfg, err
 	}
 	var postures []manifest.Posture
 	for _, r := range f.refused {
@@ -49,11 +69,25 @@ func (f *execFlags) apply(cfg executor.Config) (executor.Config, error) {
 			}
 		}
 	}
-	cfg = cfg.WithDefaultLimits(f.memMB, f.cpuMs).WithRefusedPostures(postures...).WithFuelBudget(f.fuel)
+	cfg = cfg.WithDefaultLimits(f.memMB, f.cpuMs).WithMaxLimits(f.maxMemMB, f.maxCPUMs).WithRefusedPostures(postures...).WithFuelBudget(f.fuel)
 	if f.noCache {
 		cfg = cfg.WithCacheDir("")
 	} else if f.cacheDir != "" {
 		cfg = cfg.WithCacheDir(f.cacheDir)
 	}
 	return cfg, nil
+}
+
+// checkCeilings validates --max-mem-mb/--max-cpu-ms against the defaults.
+func checkCeilings(memMB, cpuMs, maxMemMB, maxCPUMs int64) error {
+	if maxMemMB < 0 || maxCPUMs < 0 {
+		return errors.New("--max-mem-mb and --max-cpu-ms must not be negative")
+	}
+	if maxMemMB > 0 && memMB > maxMemMB {
+		return fmt.Errorf("--default-mem-mb %d is above --max-mem-mb %d", memMB, maxMemMB)
+	}
+	if maxCPUMs > 0 && cpuMs > maxCPUMs {
+		return fmt.Errorf("--default-cpu-ms %d is above --max-cpu-ms %d", cpuMs, maxCPUMs)
+	}
+	return nil
 }

@@ -185,11 +185,16 @@ func cmdServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	} else {
 		src = server.DirSource{Dir: *toolsDir, PackID: *packID, PackVersion: *packVersion, ArtifactVersion: *artifactVer}
 	}
-	// Loading must not be cut short by an early SIGTERM mid-compile.
-	srv, err := server.New(context.WithoutCancel(ctx), exec, src, server.Options{
+	// SIGTERM during boot stops it: Load stops waiting for a compile when
+	// ctx is done (the compile itself cannot be interrupted; F16).
+	srv, err := server.New(ctx, exec, src, server.Options{
 		Token: token, MaxConcurrency: mc, QueueSize: *queue, PerToolConcurrency: *perTool,
 		DrainTimeout: *drain, EnvCheckWarn: *envCheck == "warn", Log: plog,
 	})
+	if err != nil && ctx.Err() != nil {
+		plog.Info("stopped", "during", "boot")
+		return exitOK // SIGTERM during boot: nothing was serving yet
+	}
 	if err != nil {
 		var be *server.BootError
 		if errors.As(err, &be) {
@@ -212,7 +217,7 @@ func cmdServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		for {
 			select {
 			case <-hup:
-				_ = srv.Reload(context.WithoutCancel(ctx)) // failures are logged as reload-failed
+				_ = srv.Reload(ctx) // failures are logged as reload-failed; SIGTERM abandons a reload
 			case <-ctx.Done():
 				return
 			}

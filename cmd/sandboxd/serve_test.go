@@ -149,7 +149,7 @@ func TestServeBinarySignals(t *testing.T) {
 	_ = os.MkdirAll(filepath.Join(tools, "echo"), 0o755)
 	_ = os.WriteFile(filepath.Join(tools, "echo", "tool.json"), examples.EchoManifest, 0o644)
 	_ = os.WriteFile(filepath.Join(tools, "echo", "handler.wasm"), examples.EchoWasm, 0o644)
-	loop := writeManifest(t, "loop", map[string]any{"id": "t.loop", "limits": map[string]any{"memMB": 16, "cpuMs": 600000}})
+	loop := writeManifest(t, "loop", map[string]any{"id": "t.loop", "limits": map[string]any{"memMB": 16, "cpuMs": 300000}})
 	b, _ := os.ReadFile(loop)
 	_ = os.WriteFile(filepath.Join(tools, "loop.json"), b, 0o644)
 	eventsFile := filepath.Join(t.TempDir(), "events.jsonl")
