@@ -152,6 +152,11 @@ func redactInto(dst, src []byte, pats []pattern, maxLen int, final bool) ([]byte
 			break
 		}
 		j := next[best]
+		if !final && j > len(src)-maxLen {
+			// A longer value starting at j may need bytes not yet here:
+			// decide at j once they are (j is inside the tail kept back).
+			break
+		}
 		dst = append(dst, src[i:j]...)
 		dst = append(dst, pats[best].marker...)
 		i = j + len(pats[best].b)

@@ -308,3 +308,45 @@ func TestSecretRequestNoPartialOrEncodedAnswer(t *testing.T) {
 	}
 	_ = resp.Close()
 }
+
+// FuzzRedactStream: for any values and any body split at any points, the
+// streamed redaction equals the whole-body one and holds no value.
+func FuzzRedactStream(f *testing.F) {
+	f.Add("abcab", "b/c", []byte("xxabcabcabyyb/cb%2Fc"), uint8(3))
+	f.Add("aa", "a", []byte("aaaaaaa"), uint8(1))
+	f.Fuzz(func(t *testing.T, v1, v2 string, body []byte, step uint8) {
+		if v1 == "" || len(v1) > 64 || len(v2) > 64 || len(body) > 4096 {
+			t.Skip()
+		}
+		var r redactor
+		r.add("A", v1)
+		r.add("B", v2)
+		pats, maxLen := r.snapshot()
+		whole, _ := redactInto(nil, body, pats, maxLen, true)
+		n := int(step%16) + 1
+		var out, carry []byte
+		for rest := body; ; {
+			k := min(n, len(rest))
+			carry = append(carry, rest[:k]...)
+			rest = rest[k:]
+			var used int
+			out, used = redactInto(out, carry, pats, maxLen, len(rest) == 0)
+			carry = append(carry[:0], carry[used:]...)
+			if len(rest) == 0 {
+				break
+			}
+		}
+		if !bytes.Equal(out, whole) {
+			t.Fatalf("streamed %q, whole %q", out, whole)
+		}
+		// A value may reappear only if a marker itself spells it.
+		for _, p := range pats {
+			if bytes.Contains(out, p.b) && !bytes.Contains([]byte(RedactedMarker("A")+RedactedMarker("B")), p.b) {
+				stripped := bytes.ReplaceAll(bytes.ReplaceAll(out, []byte(RedactedMarker("A")), nil), []byte(RedactedMarker("B")), nil)
+				if bytes.Contains(stripped, p.b) {
+					t.Fatalf("%q holds %q", out, p.b)
+				}
+			}
+		}
+	})
+}
