@@ -94,3 +94,109 @@ func TestFuelDiskCache(t *testing.T) {
 		t.Fatalf("%v %+v", err, res)
 	}
 }
+
+// F04: a module the pass refuses (here: it exports the reserved name
+// sandboxd.fuel) used to run silently unmetered, dropping --fuel-budget and
+// usage.fuel. It is refused at load by default, saying why; with the
+// operator's opt-in it runs unmetered, stopped by close-on-context-done.
+func TestF04FuelOptOut(t *testing.T) {
+	e := newExecutor(t, func(c executor.Config) executor.Config { return c.WithFuelBudget(1_000_000) })
+	_, err := e.Load(context.Background(), manifestFor(t, "f04_optout", withLimits(16, 60_000)))
+	te := wantCode(t, err, toolerr.HandlerShapeInvalid)
+	for _, want := range []string{"fuel pass cannot meter", "sandboxd.fuel", "--allow-unmetered"} {
+		if !strings.Contains(te.Message, want) {
+			t.Errorf("refusal %q does not say %q", te.Message, want)
+		}
+	}
+	// The control, metered, is stopped by the fuel budget.
+	wantCode(t, func() error {
+		_, err := invoke(t, load(t, e, "loop", withLimits(16, 60_000)), `{}`)
+		return err
+	}(), toolerr.LimitsExceeded)
+
+	allowed := newExecutor(t, func(c executor.Config) executor.Config {
+		return c.WithFuelBudget(1_000_000).WithAllowUnmetered(true)
+	})
+	tool := load(t, allowed, "f04_optout", withLimits(16, 60_000))
+	if tool.Metered() {
+		t.Fatal("a module the pass refuses reports itself metered")
+	}
+	// Unmetered: no fuel budget applies; close-on-context-done ends it at
+	// the deadline.
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	res, err := tool.Invoke(ctx, executor.Request{Input: []byte(`{}`)})
+	wantCode(t, err, toolerr.DeadlineExceeded)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("the unmetered guest was stopped %v after the call started (deadline 200 ms)", d)
+	}
+	if res == nil || res.Usage.Fuel != 0 {
+		t.Errorf("usage %+v: an unmetered call reports no fuel", res)
+	}
+}
+
+// Host work costs fuel in proportion to its bytes: a fuel budget stops a
+// loop of host calls that each move megabytes within a few calls, the same
+// way on every run (each of these guests ran for minutes on one unit per
+// call, F01).
+func TestHostWorkChargesFuel(t *testing.T) {
+	const budget = 2_000_000 // fuel units: 32 MB of host work at 1 unit / 16 bytes
+	e := newExecutor(t, func(c executor.Config) executor.Config { return c.WithFuelBudget(budget) })
+	for _, g := range latGuests {
+		if g.bulk {
+			continue // the pass's part (internal/fuel)
+		}
+		if g.fx == "loop" || g.fx == "lat_calltree" {
+			continue // no host calls
+		}
+		tool := load(t, e, g.fx, withLimits(g.memMB, 60_000))
+		var observed []int64
+		for range 2 {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			start := time.Now()
+			_, err := tool.Invoke(ctx, executor.Request{Input: []byte(g.input)})
+			d := time.Since(start)
+			cancel()
+			var le *toolerr.LimitsError
+			if !errors.As(err, &le) || le.Limit != toolerr.LimitFuel {
+				t.Fatalf("%s: want limits-exceeded fuel, got %v after %v", g.name, err, d)
+			}
+			if d > 5*time.Second {
+				t.Errorf("%s: the fuel budget took %v to stop the guest", g.name, d)
+			}
+			observed = append(observed, le.Observed)
+		}
+		t.Logf("%s: stopped at %d fuel units", g.name, observed[0])
+		if observed[0] != observed[1] {
+			t.Errorf("%s: fuel observed %v differs between runs", g.name, observed)
+		}
+	}
+}
+
+// Bytes moved by WASI fd_read/fd_write (a command echoing stdin) and by
+// input_read/output_set (a reactor echoing its input) are charged: 64 KiB
+// more input costs at least 2 × 64 KiB / 16 more fuel (read in, written
+// out), where the guests' own instructions for it cost a few hundred.
+func TestHostBytesFuelRate(t *testing.T) {
+	e := newExecutor(t)
+	small := `{"s":"x"}`
+	big := `{"s":"` + strings.Repeat("x", 64<<10) + `"}`
+	want := int64(2 * (len(big) - len(small)) / 16)
+	for _, fx := range []string{"echo_command", "echo_reactor"} {
+		tool := load(t, e, fx, nil)
+		rs, err := invoke(t, tool, small)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rb, err := invoke(t, tool, big)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := rb.Usage.Fuel - rs.Usage.Fuel
+		t.Logf("%s: fuel %d (%d bytes) vs %d (%d bytes): +%d, bytes alone +%d", fx, rb.Usage.Fuel, len(big), rs.Usage.Fuel, len(small), d, want)
+		if d < want {
+			t.Errorf("%s: 64 KiB more input cost %d more fuel, want >= %d", fx, d, want)
+		}
+	}
+}

@@ -27,7 +27,7 @@ import (
 const (
 	hostCallFuel     = 32
 	hostBytesPerFuel = 16
-	hostChunk        = 256 << 10
+	hostChunk        = 64 << 10 // as the pass's fuel.BulkChunkBytes
 )
 
 // bytesFuel is the fuel charged for moving n bytes.

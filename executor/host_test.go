@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 
@@ -108,4 +109,21 @@ func TestNonePostureDiscardsFailedInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	jsonEqual(t, res.Output, `{"count":1}`)
+}
+
+// WASI calls whose host work grows with a count the guest passes are
+// refused over a cap (a trap naming it) before wazero walks guest memory:
+// poll_oneoff subscriptions, fd_write iovecs.
+func TestWASICountCaps(t *testing.T) {
+	e := newExecutor(t)
+	for fx, want := range map[string]string{
+		"lat_poll_many": "poll_oneoff with 16777216 subscriptions is over the cap of 4096",
+		"lat_iovecs":    "fd_write with 1048576 iovecs is over the cap of 1024",
+	} {
+		_, err := invoke(t, load(t, e, fx, withLimits(16, 5_000)), `{}`)
+		te := wantCode(t, err, toolerr.HandlerTrap)
+		if !strings.Contains(te.Message, want) || te.Details["trap"] != want {
+			t.Errorf("%s: %q %v, want the trap %q", fx, te.Message, te.Details, want)
+		}
+	}
 }
