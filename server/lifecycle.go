@@ -39,7 +39,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	case <-ctx.Done():
 	}
 	abandoned := s.Drain()
-	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	// Connections still busy after a drain that gave up are stuck in calls
+	// that will not finish: close them at once instead of waiting again.
+	grace := time.Second
+	if abandoned > 0 {
+		grace = 50 * time.Millisecond
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	_ = hs.Shutdown(sctx)
 	_ = hs.Close()
