@@ -265,16 +265,8 @@ func (t *Tool) instantiateHost(ctx context.Context, r wazero.Runtime) error {
 			return
 		}
 		chargeBytes(ctx, uint64(len(msg)))
-		if inv != nil {
-			inv.mu.Lock()
-			if inv.logLines >= maxLogLines || inv.logBytes+len(msg) > maxLogBytes {
-				inv.logDrops++
-				inv.mu.Unlock()
-				return
-			}
-			inv.logLines++
-			inv.logBytes += len(msg)
-			inv.mu.Unlock()
+		if !admitLog(ctx, inv, len(msg)) { // writers.go: a call's caps, also during initialisation (F07)
+			return
 		}
 		level = min(max(level, abi.LogDebug), abi.LogError)
 		t.exec.emitLog(LogRecord{ToolID: t.ID(), Level: level, Msg: sanitizeLine(msg)})

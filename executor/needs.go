@@ -1,7 +1,11 @@
 package executor
 
 import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
+	"hash"
 	"sort"
 
 	"github.com/sandboxd/sandboxd/abi"
@@ -115,4 +119,66 @@ func (t *Tool) config(inv *invocation, name string) ([]byte, abi.Errno, string) 
 		return nil, abi.ErrNotFound, "config " + name + " has no value"
 	}
 	return v, 0, ""
+}
+
+// needsKey is a digest of the values a call gives its guest from its
+// context: declared env, config and secrets. A posture-none warm instance is
+// reused only for calls with its key (pool.go). The digest is salted with a
+// random per-process value, so that it says nothing about a secret to anyone
+// who sees the memory it is kept in.
+type needsKey [sha256.Size]byte
+
+var needsSalt = func() []byte {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return b
+}()
+
+// warmKey returns the key of a call with env and inv's config and secrets;
+// the zero key for a tool that keeps no warm instances.
+func (t *Tool) warmKey(env map[string]string, inv *invocation) needsKey {
+	var k needsKey
+	if t.idle == nil {
+		return k
+	}
+	h := sha256.New()
+	h.Write(needsSalt)
+	writeMap(h, 'e', len(env), func(yield func(string, []byte)) {
+		for name, v := range env {
+			yield(name, []byte(v))
+		}
+	})
+	writeMap(h, 'c', len(inv.config), func(yield func(string, []byte)) {
+		for name, v := range inv.config {
+			yield(name, v)
+		}
+	})
+	writeMap(h, 's', len(inv.secrets), func(yield func(string, []byte)) {
+		for name, v := range inv.secrets {
+			yield(name, []byte(v))
+		}
+	})
+	h.Sum(k[:0])
+	return k
+}
+
+// writeMap hashes a map unambiguously: a tag, the entry count, then every
+// entry in name order with length-prefixed name and value.
+func writeMap(h hash.Hash, tag byte, n int, each func(yield func(string, []byte))) {
+	type entry struct {
+		name  string
+		value []byte
+	}
+	entries := make([]entry, 0, n)
+	each(func(name string, v []byte) { entries = append(entries, entry{name, v}) })
+	sort.Slice(entries, func(i, j int) bool { return entries[i].name < entries[j].name })
+	var b [binary.MaxVarintLen64]byte
+	h.Write([]byte{tag})
+	h.Write(b[:binary.PutUvarint(b[:], uint64(len(entries)))])
+	for _, e := range entries {
+		h.Write(b[:binary.PutUvarint(b[:], uint64(len(e.name)))])
+		h.Write([]byte(e.name))
+		h.Write(b[:binary.PutUvarint(b[:], uint64(len(e.value)))])
+		h.Write(e.value)
+	}
 }

@@ -245,9 +245,9 @@ func (t *Tool) retire(in *instance) {
 	_ = in.mod.Close(context.Background())
 }
 
-// takeInstance returns a ready instance (pooled, or warm for posture none),
-// or nil when none is ready.
-func (t *Tool) takeInstance() *instance {
+// takeInstance returns a ready instance (pooled, or warm for posture none
+// and made for calls with the same needs, key), or nil when none is ready.
+func (t *Tool) takeInstance(key needsKey) *instance {
 	if p := t.pool; p != nil {
 		p.lastTake.Store(time.Now().UnixNano())
 		var in *instance
@@ -275,14 +275,82 @@ func (t *Tool) takeInstance() *instance {
 		}
 		return in
 	}
-	if t.idle != nil {
-		select {
-		case in := <-t.idle:
+	return t.idle.take(key)
+}
+
+// Posture none keeps warm instances: an instance that served a call cleanly
+// serves later calls, and what its guest kept in memory, globals, tables and
+// WASI state persists from one call to the next (DESIGN.md: "state may
+// persist"). What the host gives an instance is per call, and an instance
+// is only ever reused for calls that would give it the same: its WASI
+// environment is the declared env of the call it was made for, and the
+// guest may have kept the config values and secrets it read. So every warm
+// instance is keyed by a digest of the call's declared env, config and
+// secrets (needs.go), and a call takes only an instance with its own key;
+// calls with other values get an instance of their own. Calls of different
+// tenants with equal values may share an instance: posture none is for
+// trusted first-party code, and isolation between tenants is what
+// context-isolated and strict are for.
+
+// warmSet holds the warm instances of a posture-none reactor tool, at most
+// max of them over all keys; a full set closes the instance given back.
+type warmSet struct {
+	mu  sync.Mutex
+	max int
+	ins []*instance
+}
+
+func newWarmSet(n int) *warmSet { return &warmSet{max: n} }
+
+// take removes and returns a warm instance made for key, or nil.
+func (w *warmSet) take(key needsKey) *instance {
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := len(w.ins) - 1; i >= 0; i-- {
+		if in := w.ins[i]; in.needs == key {
+			w.ins = append(w.ins[:i], w.ins[i+1:]...)
 			return in
-		default:
 		}
 	}
 	return nil
+}
+
+// put keeps in as a warm instance for calls with key and reports whether it
+// did (false: no set, or it is full).
+func (w *warmSet) put(in *instance, key needsKey) bool {
+	if w == nil {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.ins) >= w.max {
+		return false
+	}
+	in.needs = key
+	w.ins = append(w.ins, in)
+	return true
+}
+
+// drain removes and returns every warm instance.
+func (w *warmSet) drain() []*instance {
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ins := w.ins
+	w.ins = nil
+	return ins
+}
+
+// putWarm keeps in, which just served a call with key cleanly, for the next
+// call with the same key, when t keeps warm instances (posture none); it
+// reports whether it did.
+func (t *Tool) putWarm(in *instance, key needsKey) bool {
+	return !t.closed.Load() && t.idle.put(in, key)
 }
 
 func (t *Tool) stopPool(ctx context.Context) {

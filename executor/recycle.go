@@ -199,14 +199,14 @@ func (in *instance) reset() bool {
 	for i, g := range s.globals {
 		g.Set(s.values[i])
 	}
-	in.acct.Reset()
+	in.resetAccount()
 	in.recycled++
 	return true
 }
 
 // heldBytes is what an idle pooled instance holds against the pool budget:
-// its linear memory and its snapshot.
-func (in *instance) heldBytes() int64 { return in.acct.Linear() + in.snap.size() }
+// its linear memory, its tables and its snapshot.
+func (in *instance) heldBytes() int64 { return in.acct.Linear() + in.tables.bytes() + in.snap.size() }
 
 // RecycledCalls returns how many calls of t were served by a recycled
 // instance (0 for a tool that does not recycle).

@@ -2,8 +2,15 @@ package executor
 
 import (
 	"bytes"
+	"context"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"testing"
+
+	"github.com/tetratelabs/wazero"
+
+	"github.com/sandboxd/sandboxd/internal/fuel"
 )
 
 // A snapshot restores memory exactly, whatever mix of zero and non-zero
@@ -42,5 +49,43 @@ func TestSnapshotRestore(t *testing.T) {
 		if s.size() != want {
 			t.Fatalf("trial %d: snapshot holds %d bytes, want %d", trial, s.size(), want)
 		}
+	}
+}
+
+// save decides recycling on the pass's verdict alone: the F02 module (not
+// resettable, exporting its own "sandboxd.dirty") instantiated as is gives
+// no snapshot without a resettable verdict, whatever it exports; and a
+// resettable verdict whose globals the instance does not export is not the
+// module the pass produced, so it gives none either.
+func TestSaveFollowsVerdict(t *testing.T) {
+	ctx := context.Background()
+	bin, err := os.ReadFile(filepath.Join("..", "testdata", "wasm", "f02_dirty_export.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := wazero.NewRuntime(ctx)
+	defer r.Close(ctx)
+	host := r.NewHostModuleBuilder("sandboxd_v1")
+	for _, name := range []string{"input_read", "output_set"} {
+		host.NewFunctionBuilder().WithFunc(func(uint32, uint32) uint32 { return 0 }).Export(name)
+	}
+	if _, err := host.Instantiate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mod, err := r.Instantiate(ctx, bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mod.ExportedGlobal(fuel.DirtyExport) == nil {
+		t.Fatal("the fixture no longer exports sandboxd.dirty")
+	}
+	if s := save(mod, passVerdict{}); s != nil {
+		t.Fatal("a module the pass did not find resettable got a snapshot through its own sandboxd.dirty export")
+	}
+	if s := save(mod, passVerdict{resettable: true, globals: 2}); s != nil {
+		t.Fatal("a snapshot was taken although the pass's global exports are missing")
+	}
+	if s := save(mod, passVerdict{resettable: true}); s == nil {
+		t.Fatal("a resettable verdict with the dirty flag present gave no snapshot")
 	}
 }

@@ -49,8 +49,8 @@ type Tool struct {
 
 	httpSpec *httpSpec // declarative HTTP tool (httptool.go); nil for Wasm tools
 
-	idle   chan *instance // warm instances (posture none only)
-	pool   *pool          // pre-warmed never-used instances (context-isolated, strict)
+	idle   *warmSet // warm instances (posture none only; pool.go)
+	pool   *pool    // pre-warmed never-used instances (context-isolated, strict)
 	closed atomic.Bool
 }
 
@@ -112,7 +112,7 @@ func (e *Executor) newTool(ctx context.Context, mt *manifest.Tool, mod *artifact
 		return nil, err
 	}
 	if t.posture == manifest.PostureNone && t.style == Reactor && e.cfg.idleInstances > 0 {
-		t.idle = make(chan *instance, e.cfg.idleInstances)
+		t.idle = newWarmSet(e.cfg.idleInstances)
 	}
 	if err := e.register(t); err != nil {
 		return nil, err
@@ -147,16 +147,8 @@ func (t *Tool) Close(ctx context.Context) error {
 	}
 	t.exec.unregister(t)
 	t.stopPool(ctx)
-	if t.idle != nil {
-	drain:
-		for {
-			select {
-			case in := <-t.idle:
-				_ = in.mod.Close(ctx)
-			default:
-				break drain
-			}
-		}
+	for _, in := range t.idle.drain() {
+		_ = in.mod.Close(ctx)
 	}
 	if t.runtime == nil { // a declarative HTTP tool
 		return nil
@@ -380,6 +372,8 @@ type instance struct {
 	recycled       int       // how many times reset put it back
 	reusable       bool      // its last call ended cleanly
 	acct           *limits.Account
+	tables         *tableAccount // its tables' elements, charged to acct (tables.go)
+	needs          needsKey      // posture none: the key of the calls it serves (pool.go)
 	sleep          *sleeper
 	stdout, stderr *switchWriter
 }
@@ -424,9 +418,14 @@ func (t *Tool) moduleConfig(env map[string]string, sl *sleeper) wazero.ModuleCon
 // until the instance is switched to a call.
 func (t *Tool) newInstance(ctx context.Context, env map[string]string, stdout, stderr *lineForwarder) (*instance, error) {
 	in := &instance{acct: limits.NewAccount(t.memLimit), sleep: &sleeper{}, stdout: newSwitchWriter(stdout), stderr: newSwitchWriter(stderr)}
+	in.tables = newTableAccount(in.acct)
 	mc := t.moduleConfig(env, in.sleep).WithStdout(in.stdout).WithStderr(in.stderr)
 	var mod api.Module
 	cpu, err, cause := t.guard(ctx, func(gctx context.Context, _ context.CancelCauseFunc) error {
+		gctx, ok := t.initContext(gctx, in.tables) // tables.go: tables charged, logs capped
+		if !ok {
+			return errTablesOverMem
+		}
 		in.sleep.ctx.Store(&gctx)
 		var err error
 		mod, err = t.runtime.InstantiateModule(experimental.WithMemoryAllocator(gctx, in.acct.Allocator()), t.compiled, mc)
@@ -464,7 +463,8 @@ func (t *Tool) newInstance(ctx context.Context, env map[string]string, stdout, s
 func (t *Tool) runReactor(ctx context.Context, inv *invocation, env map[string]string) *runOutcome {
 	stdout := newLineForwarder(t.exec.cfg.guestStdout, t.ID(), "stdout")
 	stderr := newLineForwarder(t.exec.cfg.guestStderr, t.ID(), "stderr")
-	in := t.takeInstance()
+	key := t.warmKey(env, inv) // needs.go: posture none reuses an instance only for the same needs
+	in := t.takeInstance(key)
 	if in == nil {
 		var err error
 		if in, err = t.newInstance(ctx, env, stdout, stderr); err != nil {
@@ -477,7 +477,7 @@ func (t *Tool) runReactor(ctx context.Context, inv *invocation, env map[string]s
 	in.reusable = false
 	in.stdout.Switch(stdout)
 	in.stderr.Switch(stderr)
-	in.acct.Reset()
+	in.resetAccount() // tables.go: its tables stay charged
 	inv.acct = in.acct
 	if !in.acct.Reserve(int64(len(inv.input))) {
 		t.retire(in)
@@ -489,7 +489,7 @@ func (t *Tool) runReactor(ctx context.Context, inv *invocation, env map[string]s
 		in.sleep.ctx.Store(&gctx)
 		cctx, done := in.meter.begin(gctx, t.exec.cfg.fuelBudget)
 		defer done()
-		cctx = context.WithValue(cctx, invocationKey{}, inv)
+		cctx = fuel.WithTableAccount(context.WithValue(cctx, invocationKey{}, inv), in.tables)
 		in.sleep.ctx.Store(&cctx)
 		res, err := in.handle.Call(cctx)
 		if err == nil {
@@ -524,12 +524,8 @@ func (t *Tool) runReactor(ctx context.Context, inv *invocation, env map[string]s
 	if t.recycleInline(in) {
 		return out
 	}
-	if reusable && t.idle != nil && !t.closed.Load() {
-		select {
-		case t.idle <- in:
-			return out
-		default:
-		}
+	if reusable && t.putWarm(in, key) {
+		return out
 	}
 	t.retire(in)
 	return out
@@ -593,7 +589,11 @@ func (t *Tool) runCommand(ctx context.Context, inv *invocation, env map[string]s
 	cpu, err, cause := t.guard(ctx, func(gctx context.Context, cancel context.CancelCauseFunc) error {
 		sl.ctx.Store(&gctx)
 		stdout.onOverflow = func() { cancel(errOutputCap) }
-		ictx := experimental.WithMemoryAllocator(context.WithValue(gctx, invocationKey{}, inv), acct.Allocator())
+		tables := newTableAccount(acct) // tables.go
+		if !tables.ReserveTable(t.verdict.tableElems) {
+			return errTablesOverMem
+		}
+		ictx := experimental.WithMemoryAllocator(fuel.WithTableAccount(context.WithValue(gctx, invocationKey{}, inv), tables), acct.Allocator())
 		mod, err := t.runtime.InstantiateModule(ictx, t.compiled, mc)
 		if mod != nil {
 			defer mod.Close(gctx)

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,15 +16,21 @@ import (
 // lineForwarder passes a guest stream to a sink line by line (prefixed with
 // the tool id and stream) and keeps the stream's tail for error messages. It
 // forwards at most maxForwardBytes per call; the rest is counted, not written.
-// Partial lines are held until a newline or Flush.
+// Partial lines are held until a newline or Flush; a line longer than
+// maxLogLine is forwarded in pieces of maxLogLine bytes.
+//
+// What it holds is bounded by constants whatever the guest writes, and none
+// of it is a second copy of a write: pending holds at most maxLogLine bytes
+// (a partial line), tail at most 2*stderrTail (the last bytes written).
+// Bytes past the forwarding cap are not copied at all.
 type lineForwarder struct {
 	mu        sync.Mutex
 	sink      io.Writer
 	toolID    string
 	stream    string
 	prefix    string // built on first use: most calls write nothing
-	pending   []byte
-	tail      []byte
+	pending   []byte // a partial line, <= maxLogLine bytes
+	tail      []byte // the last bytes written, <= 2*stderrTail
 	forwarded int
 	dropped   int
 }
@@ -48,24 +55,52 @@ func (f *lineForwarder) linePrefix() string {
 func (f *lineForwarder) Write(p []byte) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.tail = append(f.tail, p...)
-	if len(f.tail) > 2*stderrTail {
-		f.tail = append(f.tail[:0], f.tail[len(f.tail)-stderrTail:]...)
-	}
-	f.pending = append(f.pending, p...)
-	for {
-		i := bytes.IndexByte(f.pending, '\n')
+	f.keepTail(p)
+	n := len(p)
+	for len(p) > 0 {
+		if f.sink == nil || f.forwarded >= maxForwardBytes {
+			// Nothing more can be forwarded: count the bytes, copy none.
+			f.dropped += len(p)
+			f.pending = f.pending[:0]
+			break
+		}
+		i := bytes.IndexByte(p, '\n')
+		line := p
+		if i >= 0 {
+			line = p[:i]
+		}
+		room := maxLogLine - len(f.pending)
+		if len(line) >= room {
+			// The line reaches maxLogLine: forward a full piece.
+			f.pending = append(f.pending, line[:room]...)
+			f.emit(f.pending)
+			f.pending = f.pending[:0]
+			p = p[room:]
+			continue
+		}
+		f.pending = append(f.pending, line...)
 		if i < 0 {
 			break
 		}
-		f.emit(f.pending[:i])
-		f.pending = f.pending[i+1:]
-	}
-	if len(f.pending) > maxLogLine {
 		f.emit(f.pending)
 		f.pending = f.pending[:0]
+		p = p[i+1:]
 	}
-	return len(p), nil
+	return n, nil
+}
+
+// keepTail appends the end of p to the tail, keeping at most 2*stderrTail
+// bytes (Tail returns the last stderrTail). f.mu is held.
+func (f *lineForwarder) keepTail(p []byte) {
+	if len(p) >= stderrTail {
+		f.tail = append(f.tail[:0], p[len(p)-stderrTail:]...)
+		return
+	}
+	if len(f.tail)+len(p) > 2*stderrTail {
+		keep := stderrTail - len(p)
+		f.tail = append(f.tail[:0], f.tail[len(f.tail)-keep:]...)
+	}
+	f.tail = append(f.tail, p...)
 }
 
 func (f *lineForwarder) emit(line []byte) {
@@ -107,6 +142,51 @@ func (f *lineForwarder) Tail() string {
 		t = t[len(t)-stderrTail:]
 	}
 	return sanitizeLine(t)
+}
+
+// logBudget caps the guest log lines of an instance's initialisation
+// (instantiation, start, _initialize), where no invocation is attached, with
+// the caps of a call: maxLogLines lines and maxLogBytes bytes (F07).
+type logBudget struct {
+	mu           sync.Mutex
+	lines, bytes int
+	drops        int
+}
+
+type logBudgetKey struct{}
+
+func withLogBudget(ctx context.Context, b *logBudget) context.Context {
+	return context.WithValue(ctx, logBudgetKey{}, b)
+}
+
+// admitLog reports whether a guest log line of n bytes may be emitted, and
+// counts it: against the call's caps when an invocation is attached, else
+// against the initialisation's. A line logged outside both is dropped.
+func admitLog(ctx context.Context, inv *invocation, n int) bool {
+	if inv != nil {
+		inv.mu.Lock()
+		defer inv.mu.Unlock()
+		if inv.logLines >= maxLogLines || inv.logBytes+n > maxLogBytes {
+			inv.logDrops++
+			return false
+		}
+		inv.logLines++
+		inv.logBytes += n
+		return true
+	}
+	b, _ := ctx.Value(logBudgetKey{}).(*logBudget)
+	if b == nil {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.lines >= maxLogLines || b.bytes+n > maxLogBytes {
+		b.drops++
+		return false
+	}
+	b.lines++
+	b.bytes += n
+	return true
 }
 
 // cappedBuffer holds a command's stdout, charging every byte to the memory

@@ -1,0 +1,93 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync/atomic"
+
+	"github.com/sandboxd/sandboxd/internal/fuel"
+	"github.com/sandboxd/sandboxd/limits"
+)
+
+// Tables count against memMB (F05). wazero keeps every table as a Go slice
+// of references, host memory the guest makes the process hold, and a module
+// may declare many tables. So an instance charges to its limits.Account, like
+// its linear memory:
+//
+//   - at instantiation, the initial elements of all its tables (the pass's
+//     verdict, fuelcache.go), fuel.TableElemBytes each; a refusal fails the
+//     instantiation with limits-exceeded memMB;
+//   - every table.grow, which the instrumented module asks the host about
+//     through the fuel.TableAccount its call's context carries
+//     (fuel.WithTableAccount); a refusal makes table.grow return -1, as a
+//     table at its maximum does.
+//
+// Every context an instance's code runs under (instantiation, the start
+// function, _initialize, handle) carries its tableAccount. The bytes stay
+// charged for the instance's life: a new call on a warm or recycled instance
+// starts its Account afresh and charges them again (resetAccount).
+
+// tableAccount is an instance's fuel.TableAccount, backed by its Account.
+type tableAccount struct {
+	acct *limits.Account
+	held atomic.Int64 // bytes charged for table elements
+}
+
+func newTableAccount(acct *limits.Account) *tableAccount { return &tableAccount{acct: acct} }
+
+// ReserveTable implements fuel.TableAccount.
+func (a *tableAccount) ReserveTable(elems int64) bool {
+	if elems < 0 || elems > math.MaxInt64/fuel.TableElemBytes {
+		return false
+	}
+	n := elems * fuel.TableElemBytes
+	if !a.acct.Reserve(n) {
+		return false
+	}
+	a.held.Add(n)
+	return true
+}
+
+// ReleaseTable implements fuel.TableAccount.
+func (a *tableAccount) ReleaseTable(elems int64) {
+	if elems <= 0 {
+		return
+	}
+	n := elems * fuel.TableElemBytes
+	a.acct.Release(n)
+	a.held.Add(-n)
+}
+
+// bytes returns the table memory charged.
+func (a *tableAccount) bytes() int64 {
+	if a == nil {
+		return 0
+	}
+	return a.held.Load()
+}
+
+// resetAccount starts a new call on in: its Account forgets the last call's
+// host buffers, peak and refusals, and charges the instance's tables again.
+func (in *instance) resetAccount() {
+	in.acct.Reset()
+	if n := in.tables.bytes(); n > 0 {
+		in.acct.Reserve(n) // fitted beside the same linear memory before
+	}
+}
+
+// initContext returns the context an instance's initialisation runs under
+// (instantiation, start, _initialize): it charges table growth to the
+// instance and caps guest logs as a call's are (writers.go). It reserves the
+// module's initial tables first; false means they do not fit in memMB (the
+// Account recorded the refusal).
+func (t *Tool) initContext(ctx context.Context, tables *tableAccount) (context.Context, bool) {
+	if !tables.ReserveTable(t.verdict.tableElems) {
+		return ctx, false
+	}
+	return withLogBudget(fuel.WithTableAccount(ctx, tables), &logBudget{}), true
+}
+
+// errTablesOverMem fails an instantiation whose initial tables do not fit
+// in memMB (classify reports the Account's refusal as limits-exceeded).
+var errTablesOverMem = errors.New("the module's tables do not fit in memMB")
