@@ -113,7 +113,9 @@ func TestLoadStopsWaitingForCompile(t *testing.T) {
 			}
 			wantCode(t, err, toolerr.Cancelled)
 			t.Logf("cancelled at %v, Load returned at %v: %v", after, el, err)
-			if el > after+time.Second {
+			// The budget check and table rewrite before the pass are
+			// synchronous (linear; ~1 s for 10 MB under -race): 2 s of slack.
+			if el > after+2*time.Second {
 				t.Fatalf("Load returned %v after the cancellation", el-after)
 			}
 			if !errors.Is(err, context.Canceled) {
