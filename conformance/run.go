@@ -60,6 +60,9 @@ type Options struct {
 	// FuelBudget gives every call a deterministic work budget in fuel units
 	// (executor.Config.WithFuelBudget); 0 means none.
 	FuelBudget int64
+	// AllowUnmetered runs modules the fuel pass refuses, unmetered
+	// (executor.Config.WithAllowUnmetered); false refuses them.
+	AllowUnmetered bool
 }
 
 // OCI is what Run needs from an OCI client; *artifact.OCI implements it.
@@ -180,6 +183,7 @@ func Run(ctx context.Context, source string, opts Options) (*Report, error) {
 	if opts.FuelBudget > 0 {
 		cfg = cfg.WithFuelBudget(opts.FuelBudget)
 	}
+	cfg = cfg.WithAllowUnmetered(opts.AllowUnmetered)
 	if opts.Deterministic {
 		r.exec, err = executor.NewDeterministic(ctx, cfg, opts.Seed)
 	} else {

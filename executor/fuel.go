@@ -102,9 +102,13 @@ func (c Config) WithAllowUnmetered(allow bool) Config {
 
 // unmeteredRefused is the load error of a module the pass refused.
 func unmeteredRefused(err error) error {
-	return toolerr.Wrap(toolerr.HandlerShapeInvalid, err,
-		"the fuel pass cannot meter this module, so it could be neither interrupted at host calls nor charged for its work; "+
-			"it is refused (an operator may allow unmetered modules, stopped by close-on-context-done, with --allow-unmetered)")
+	why := err.Error()
+	if te, ok := errors.AsType[*toolerr.Error](err); ok {
+		why = te.Message // without the code repeated
+	}
+	return &toolerr.Error{Code: toolerr.HandlerShapeInvalid, Err: err,
+		Message: "the fuel pass cannot meter this module, so it could be neither interrupted at host calls nor charged for its work; " +
+			"it is refused (an operator may allow unmetered modules, stopped by close-on-context-done, with --allow-unmetered): " + why}
 }
 
 // fuelExceeded is the limits-exceeded error of a spent fuel budget.

@@ -27,6 +27,7 @@ func cmdConformance(ctx context.Context, args []string, _ io.Reader, stdout, std
 		deploy        = fs.Bool("deploy", false, "treat the pack as meant for deploy: filesystem refs fail (pack.json \"deploy\": true does the same)")
 		deterministic = fs.Bool("deterministic", false, "give guests fixed clocks and a seeded random source")
 		seed          = fs.Uint64("seed", 1, "random seed for --deterministic")
+		unmetered     = fs.Bool("allow-unmetered", false, allowUnmeteredUsage)
 		fuelBudget    = fs.Int64("fuel-budget", 0, "deterministic work budget per call in fuel units (about one per Wasm instruction); with --deterministic, a case's outcome is then the same on every machine (0: none)")
 		caseTimeout   = fs.Duration("case-timeout", conformance.DefaultCaseTimeout, "wall deadline of one case without its own timeoutMs")
 		cacheDir      = fs.String("cache-dir", "", "compilation cache directory (default: in memory)")
@@ -89,7 +90,7 @@ func cmdConformance(ctx context.Context, args []string, _ io.Reader, stdout, std
 	opts := conformance.Options{
 		Cases: *cases, Deploy: *deploy, Deterministic: *deterministic, Seed: *seed,
 		OCI: oci, CacheDir: *cacheDir, CaseTimeout: *caseTimeout,
-		DefaultMemMB: *memMB, DefaultCPUMs: *cpuMs, FuelBudget: *fuelBudget,
+		DefaultMemMB: *memMB, DefaultCPUMs: *cpuMs, FuelBudget: *fuelBudget, AllowUnmetered: *unmetered,
 		MaxMemMB: maxMemMB, MaxCPUMs: maxCPUMs,
 	}
 	if *fuelBudget < 0 {

@@ -21,6 +21,8 @@ type execFlags struct {
 	refused  stringList
 	maxMemMB int64
 	maxCPUMs int64
+	// allowUnmetered runs modules the fuel pass refuses (else refused).
+	allowUnmetered bool
 }
 
 // Default operator ceilings on the limits a manifest may declare. 1024 MiB
@@ -30,6 +32,10 @@ const (
 	defaultMaxMemMB = 1024
 	defaultMaxCPUMs = 300_000
 )
+
+// allowUnmeteredUsage is the help of --allow-unmetered (run, serve,
+// conformance).
+const allowUnmeteredUsage = "run modules the fuel pass cannot meter, interrupted by close-on-context-done (slower; no fuel budget or usage.fuel for them); without it they are refused at load with handler-shape-invalid"
 
 // registerCeilings adds --max-mem-mb and --max-cpu-ms to fs.
 func registerCeilings(fs *flag.FlagSet, mem, cpu *int64) {
@@ -44,6 +50,7 @@ func (f *execFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.cpuMs, "default-cpu-ms", executor.DefaultCPUMs, "cpuMs for tools that declare no limits")
 	fs.Int64Var(&f.fuel, "fuel-budget", 0, "deterministic work budget per call in fuel units (about one per Wasm instruction); a call that spends it fails with limits-exceeded, limit fuel (0: none)")
 	registerCeilings(fs, &f.maxMemMB, &f.maxCPUMs)
+	fs.BoolVar(&f.allowUnmetered, "allow-unmetered", false, allowUnmeteredUsage)
 	fs.Var(&f.refused, "refuse-posture", "refuse tools with this sandbox posture (repeatable: none, context-isolated, strict)")
 }
 
@@ -69,7 +76,7 @@ func (f *execFlags) apply(cfg executor.Config) (executor.Config, error) {
 			}
 		}
 	}
-	cfg = cfg.WithDefaultLimits(f.memMB, f.cpuMs).WithMaxLimits(f.maxMemMB, f.maxCPUMs).WithRefusedPostures(postures...).WithFuelBudget(f.fuel)
+	cfg = cfg.WithDefaultLimits(f.memMB, f.cpuMs).WithMaxLimits(f.maxMemMB, f.maxCPUMs).WithRefusedPostures(postures...).WithFuelBudget(f.fuel).WithAllowUnmetered(f.allowUnmetered)
 	if f.noCache {
 		cfg = cfg.WithCacheDir("")
 	} else if f.cacheDir != "" {
