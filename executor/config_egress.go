@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path"
 	"strings"
 
 	"github.com/sandboxd/sandboxd/egress"
@@ -15,13 +16,14 @@ import (
 // egressConfig is the operator's egress settings (see the WithEgress*
 // options).
 type egressConfig struct {
-	allowRanges []netip.Prefix
-	resolver    egress.Resolver
-	dial        egress.DialFunc
-	tls         *tls.Config
-	limits      egress.Limits
-	secrets     SecretSource
-	secretDests egress.SecretDestinations
+	allowRanges  []netip.Prefix
+	resolver     egress.Resolver
+	dial         egress.DialFunc
+	tls          *tls.Config
+	limits       egress.Limits
+	secrets      SecretSource
+	secretDests  egress.SecretDestinations
+	secretScopes SecretScopes
 }
 
 // WithEgressAllowCIDRs sets operator allow-ranges: addresses inside them may
@@ -176,3 +178,67 @@ func (c chainSecrets) Secret(name string) (string, bool) {
 
 // ChainSecrets returns a source that asks each of srcs in turn.
 func ChainSecrets(srcs ...SecretSource) SecretSource { return chainSecrets(srcs) }
+
+// WithSecretScopes limits which tools may read each operator secret
+// (`--secret-scope NAME=PATTERN[,PATTERN…]`): a scoped secret from the
+// operator's source (WithSecrets) is given only to tools whose id matches
+// one of its patterns (path.Match syntax, e.g. "acme.*"); to every other tool
+// it does not exist (secret_get answers not-found, a placeholder is
+// refused as for a missing secret). A secret without a scope is given to
+// any tool that declares it in needsSpec.secrets. Secrets the caller passes
+// in the call context are the caller's to give and are not scoped. Patterns
+// are checked by ParseSecretScopes.
+func (c Config) WithSecretScopes(s SecretScopes) Config {
+	c.egress.secretScopes = make(SecretScopes, len(s))
+	for k, v := range s {
+		c.egress.secretScopes[k] = append([]string(nil), v...)
+	}
+	return c
+}
+
+// SecretScopes maps an operator secret's name to the tool-id patterns that
+// may read it.
+type SecretScopes map[string][]string
+
+// ParseSecretScopes parses NAME=PATTERN[,PATTERN…] entries (repeatable;
+// entries for one name add up). Errors never contain a secret value (the
+// entries hold none).
+func ParseSecretScopes(entries []string) (SecretScopes, error) {
+	out := SecretScopes{}
+	for _, e := range entries {
+		name, pats, ok := strings.Cut(e, "=")
+		name = strings.TrimSpace(name)
+		if !ok || name == "" || strings.TrimSpace(pats) == "" {
+			return nil, fmt.Errorf("%q: want NAME=TOOL_PATTERN[,TOOL_PATTERN…]", e)
+		}
+		for _, p := range strings.Split(pats, ",") {
+			p = strings.TrimSpace(p)
+			if _, err := path.Match(p, ""); err != nil || p == "" {
+				return nil, fmt.Errorf("%q: bad tool pattern %q", e, p)
+			}
+			out[name] = append(out[name], p)
+		}
+	}
+	return out, nil
+}
+
+// operatorSecret returns the operator's value of secret name for tool id,
+// honouring its scope.
+func (ec *egressConfig) operatorSecret(toolID, name string) (string, bool) {
+	if ec.secrets == nil {
+		return "", false
+	}
+	if pats, scoped := ec.secretScopes[name]; scoped {
+		allowed := false
+		for _, p := range pats {
+			if ok, _ := path.Match(p, toolID); ok {
+				allowed = true
+				break
+			}
+		}
+		if !allowed {
+			return "", false
+		}
+	}
+	return ec.secrets.Secret(name)
+}

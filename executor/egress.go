@@ -90,10 +90,7 @@ func (inv *invocation) secretValue(name string) (string, bool) {
 	if v, ok := inv.secrets[name]; ok {
 		return v, true
 	}
-	if src := inv.tool.exec.cfg.egress.secrets; src != nil {
-		return src.Secret(name)
-	}
-	return "", false
+	return inv.tool.exec.cfg.egress.operatorSecret(inv.tool.ID(), name)
 }
 
 // secretGet implements secret_get: refused under strict, not-found for

@@ -576,3 +576,58 @@ func TestF09IPEntryScope(t *testing.T) {
 		}
 	}
 }
+
+// An operator secret with a scope is given only to the tools its patterns
+// name; to any other tool that declares it, it does not exist.
+func TestSecretScope(t *testing.T) {
+	scopes, err := executor.ParseSecretScopes([]string{"OP_ONLY=acme.*,billing.fetch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newExecutor(t, func(c executor.Config) executor.Config {
+		return c.WithSecrets(executor.Secrets{"OP_ONLY": "operator-value", "FREE": "free-value"}).WithSecretScopes(scopes)
+	})
+	loadAs := func(id string) *executor.Tool {
+		return load(t, e, "http_fetch_reactor", func(m map[string]any) {
+			m["id"] = id
+			m["needsSpec"] = map[string]any{"secrets": map[string]any{"OP_ONLY": map[string]any{"type": "string"}, "FREE": map[string]any{"type": "string"}}}
+			m["needs"] = []map[string]any{{"name": "OP_ONLY", "optional": true}, {"name": "FREE", "optional": true}}
+		})
+	}
+	call := func(tool *executor.Tool, name string) (string, error) {
+		res, err := tool.Invoke(context.Background(), executor.Request{
+			Input:   []byte(`{"secret":"` + name + `"}`),
+			Context: executor.CallContext{TenantID: "t", RunID: "r"},
+		})
+		if err != nil {
+			return "", err
+		}
+		return string(res.Output), nil
+	}
+	for _, id := range []string{"acme.fetch", "billing.fetch"} {
+		out, err := call(loadAs(id), "OP_ONLY")
+		if err != nil || !strings.Contains(out, "operator-value") {
+			t.Fatalf("%s in scope: %s %v", id, out, err)
+		}
+	}
+	other := loadAs("other.fetch")
+	out, err := call(other, "OP_ONLY")
+	if strings.Contains(out, "operator-value") {
+		t.Fatalf("a tool outside the scope read the secret: %s", out)
+	}
+	if te := wantCode(t, err, toolerr.HandlerError); te.Details["handlerCode"] != "egress-not-found" {
+		t.Fatalf("out of scope: %v", te.Details)
+	}
+	if b, _ := json.Marshal(err); strings.Contains(string(b), "operator-value") {
+		t.Fatalf("the error carries the secret: %s", b)
+	}
+	// An unscoped secret still goes to any tool that declares it.
+	if out, err := call(other, "FREE"); err != nil || !strings.Contains(out, "free-value") {
+		t.Fatalf("unscoped secret: %s %v", out, err)
+	}
+	for _, bad := range []string{"OP_ONLY", "=acme.*", "OP_ONLY=", "OP_ONLY=[x"} {
+		if _, err := executor.ParseSecretScopes([]string{bad}); err == nil {
+			t.Errorf("ParseSecretScopes(%q) accepted", bad)
+		}
+	}
+}

@@ -438,10 +438,7 @@ func (t *Tool) runHTTP(ctx context.Context, inv *invocation, cc *CallContext) *r
 		if v, ok := cc.Secrets[name]; ok { // the authorization secretRef, declared by the spec
 			return v, true
 		}
-		if src := t.exec.cfg.egress.secrets; src != nil {
-			return src.Secret(name)
-		}
-		return "", false
+		return t.exec.cfg.egress.operatorSecret(t.ID(), name)
 	}
 	if s.authHeader != "" {
 		if _, ok := secret(s.authSecret); !ok {

@@ -16,12 +16,14 @@ type egressFlags struct {
 	secretsFiles stringList
 	secretsEnv   string
 	secretDests  stringList
+	secretScopes stringList
 }
 
 func (f *egressFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.allowCIDRs, "egress-allow-cidr", "let the HTTP import reach addresses in this CIDR although they are loopback/private/link-local (repeatable; the tool's network policy must still admit the host)")
 	fs.Var(&f.secretsFiles, "secrets-file", "operator secrets: a JSON object {\"NAME\":\"value\"} or NAME=VALUE lines (repeatable; later files win; only names a tool declares in needsSpec.secrets are used)")
 	fs.StringVar(&f.secretsEnv, "secrets-env-prefix", "", "operator secrets from environment variables PREFIX+NAME (the call context's secrets and --secrets-file win)")
+	fs.Var(&f.secretScopes, "secret-scope", "NAME=TOOL_PATTERN[,TOOL_PATTERN…]: operator secret NAME is given only to tools whose id matches (path.Match, e.g. acme.*; repeatable; default: any tool that declares it)")
 	fs.Var(&f.secretDests, "secret-destination", "NAME=[scheme://]host[:port]: secret NAME is substituted only into requests to this destination (repeatable; default: any destination of the tool's allowlist; see docs/egress.md)")
 }
 
@@ -62,6 +64,13 @@ func (f *egressFlags) apply(cfg executor.Config) (executor.Config, error) {
 			return cfg, fmt.Errorf("--secret-destination: %v", err)
 		}
 		cfg = cfg.WithSecretDestinations(d)
+	}
+	if len(f.secretScopes) > 0 {
+		sc, err := executor.ParseSecretScopes(f.secretScopes)
+		if err != nil {
+			return cfg, fmt.Errorf("--secret-scope: %v", err)
+		}
+		cfg = cfg.WithSecretScopes(sc)
 	}
 	return cfg, nil
 }
