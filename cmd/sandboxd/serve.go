@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/sandboxd/sandboxd/events"
 	"github.com/sandboxd/sandboxd/executor"
@@ -173,7 +174,9 @@ func cmdServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		plog.Error("boot-failed", "problems", []server.Problem{{Message: err.Error()}})
 		return exitError
 	}
-	defer exec.Close(context.Background())
+	// Closing must not hold up the exit behind a compile still running (a
+	// boot or reload abandoned at SIGTERM): it gets a bounded wait.
+	defer closeWithin(2*time.Second, func() { _ = exec.Close(context.Background()) })
 
 	var src server.Source
 	if *index != "" {
@@ -228,4 +231,17 @@ func cmdServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		return exitError
 	}
 	return exitOK
+}
+
+// closeWithin runs close and waits for it at most d.
+func closeWithin(d time.Duration, close func()) {
+	done := make(chan struct{})
+	go func() {
+		close()
+		done <- struct{}{}
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+	}
 }
