@@ -29,6 +29,9 @@ type outcome struct {
 	Memory    string
 	Globals   []string
 	Exhausted bool // instrumented only: ran out of fuel (or timed out uninstrumented)
+	// Backstop: an instrumented run was stopped by its context deadline
+	// (close-on-context-done), not by fuel.
+	Backstop bool
 }
 
 func (o *outcome) String() string {
@@ -59,7 +62,7 @@ const maxHostLog = 10000
 type runOpts struct {
 	metered bool          // the module is instrumented: set the budget, call StartExport
 	budget  int64         // fuel for the whole run (metered)
-	timeout time.Duration // wall limit (unmetered; enforced by close-on-context-done)
+	timeout time.Duration // wall limit (enforced by close-on-context-done; for a metered run a test-only backstop)
 	// providers are modules instantiated first, by name (for imports that
 	// are not functions).
 	providers map[string][]byte
@@ -72,7 +75,7 @@ func runModule(t testing.TB, bin []byte, o runOpts) *outcome {
 	t.Helper()
 	ctx := context.Background()
 	rc := wazero.NewRuntimeConfig().WithCoreFeatures(api.CoreFeaturesV2).WithMemoryLimitPages(maxPages)
-	if !o.metered {
+	if !o.metered || o.timeout > 0 {
 		rc = rc.WithCloseOnContextDone(true)
 	}
 	r := wazero.NewRuntimeWithConfig(context.Background(), rc)
@@ -92,7 +95,8 @@ func runModule(t testing.TB, bin []byte, o runOpts) *outcome {
 		out.Calls = append(out.Calls, "compile: "+err.Error())
 		return out
 	}
-	if !o.metered { // the wall limit starts after compilation
+	ctx = WithTableAccount(ctx, unlimitedTables{})
+	if o.timeout > 0 { // the wall limit starts after compilation
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, o.timeout)
 		defer cancel()
@@ -130,10 +134,13 @@ func runModule(t testing.TB, bin []byte, o runOpts) *outcome {
 	}
 	// wazero names unnamed functions by index in stack traces; undo the
 	// pass's renumbering so traces compare equal.
-	refill := -1
+	refill, nimp := -1, 0
 	for i, f := range compiled.ImportedFunctions() {
 		if m, _, _ := f.Import(); m == ImportModule {
-			refill = i
+			if refill < 0 {
+				refill = i
+			}
+			nimp++
 		}
 	}
 	unshift := func(s string) string {
@@ -143,7 +150,7 @@ func runModule(t testing.TB, bin []byte, o runOpts) *outcome {
 		return frameIndex.ReplaceAllStringFunc(s, func(fr string) string {
 			n, _ := strconv.Atoi(fr[2 : len(fr)-1])
 			if n > refill {
-				n--
+				n -= nimp
 			}
 			return ".$" + strconv.Itoa(n) + "("
 		})
@@ -151,7 +158,7 @@ func runModule(t testing.TB, bin []byte, o runOpts) *outcome {
 	record := func(what string, res []uint64, err error) bool {
 		line := what + ": "
 		if err != nil {
-			line += "error " + unshift(err.Error())
+			line += "error " + dropHelperFrames(unshift(err.Error()))
 		} else {
 			line += fmt.Sprint(res)
 		}
@@ -177,6 +184,10 @@ func runModule(t testing.TB, bin []byte, o runOpts) *outcome {
 			return false
 		}
 		if meter != nil && meter.Exhausted() {
+			return true
+		}
+		if o.metered && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			out.Backstop = true
 			return true
 		}
 		return !o.metered && errors.Is(ctx.Err(), context.DeadlineExceeded)
@@ -262,4 +273,18 @@ func normalize(vals []uint64, types []api.ValueType) []uint64 {
 		}
 	}
 	return out
+}
+
+// dropHelperFrames removes the stack-trace lines of the pass's helper
+// functions (a trap inside a bulk instruction's helper has one more frame
+// than the same trap in the plain module).
+func dropHelperFrames(s string) string {
+	lines := strings.Split(s, "\n")
+	out := lines[:0]
+	for _, l := range lines {
+		if !strings.Contains(l, "."+ReservedPrefix+"bulk.") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -11,7 +11,7 @@ import (
 // Version identifies the pass. It changes whenever Instrument's output for
 // some input changes; a cache of instrumented modules keys on it together
 // with the input's digest.
-const Version = 4
+const Version = 5
 
 // Reserved export names the pass adds. A module that exports any name
 // beginning with ReservedPrefix is refused, whether or not it is resettable:
@@ -66,6 +66,19 @@ type Stats struct {
 	// instantiation (see DirtyExport); NotResettable says why not.
 	Resettable    bool
 	NotResettable string
+	// TableElems is the sum of the initial (minimum) sizes of the tables
+	// the module defines: the host charges them at instantiation
+	// (table.grow asks the host for the rest, see ReserveName).
+	TableElems int64
+	// TableImports reports that the module uses table.grow and so imports
+	// ReserveName and ReleaseName (function indices Refill+1 and Refill+2);
+	// the module's own functions are then numbered three higher.
+	TableImports bool
+	// Helpers is the number of functions the pass appended after the
+	// module's own (bulk.go); MemoryGrows and TableGrows count the
+	// distinct memory.grow and table.grow helpers among them.
+	Helpers                 int
+	MemoryGrows, TableGrows int
 }
 
 // Instrument returns the metered form of the module in, as described in the
@@ -97,15 +110,20 @@ func (m *Module) instrument() (*Stats, error) {
 	if s := m.section(secGlobal); s != nil {
 		nglobals += uint64(len(s.Globals))
 	}
-	if nglobals >= math.MaxUint32-1 || m.ImportedFuncs == math.MaxUint32 {
+	if nglobals >= math.MaxUint32-1 || m.ImportedFuncs >= math.MaxUint32-3 {
 		return nil, fmt.Errorf("%w: too many globals or imports", ErrMalformed)
 	}
 	fuel, limit := uint32(nglobals), uint32(nglobals)+1
 	refill := m.ImportedFuncs
+	nimp := uint32(1)
+	if m.usesTableGrow() {
+		nimp = 3
+		st.TableImports = true
+	}
 	st.FuelGlobal, st.LimitGlobal, st.Refill = fuel, limit, refill
 	remap := func(f uint32) uint32 {
 		if f >= refill {
-			return f + 1
+			return f + nimp
 		}
 		return f
 	}
@@ -115,12 +133,44 @@ func (m *Module) instrument() (*Stats, error) {
 			return nil, err
 		}
 	}
-	typeIdx, err := m.addRefillType()
+	tables, err := m.tables()
 	if err != nil {
 		return nil, err
 	}
-	if err := m.addRefillImport(typeIdx); err != nil {
+	for _, t := range tables[m.importedTables(len(tables)):] {
+		st.TableElems += int64(t.min)
+	}
+	types := map[string]uint32{}
+	addType := func(sig string) (uint32, error) {
+		if i, ok := types[sig]; ok {
+			return i, nil
+		}
+		i, err := m.addType(sig)
+		types[sig] = i
+		return i, err
+	}
+	imports := []importFunc{{name: ImportName, sig: "/"}}
+	if nimp == 3 {
+		imports = append(imports, importFunc{name: ReserveName, sig: "\x7f/\x7f"}, importFunc{name: ReleaseName, sig: "\x7f/"})
+	}
+	for i := range imports {
+		if imports[i].typeIdx, err = addType(imports[i].sig); err != nil {
+			return nil, err
+		}
+	}
+	if err := m.addImports(imports); err != nil {
 		return nil, err
+	}
+	var ndefined uint32
+	if code := m.section(secCode); code != nil {
+		ndefined = uint32(len(code.Funcs))
+	}
+	if uint64(refill)+uint64(nimp)+uint64(ndefined) >= 1<<27 {
+		return nil, fmt.Errorf("%w: too many functions", ErrUnsupported)
+	}
+	hs := &helpers{
+		base: refill + nimp + ndefined, fuel: fuel, limit: limit, refill: refill,
+		reserve: refill + 1, release: refill + 2, tables: tables, index: map[helperKey]uint32{},
 	}
 
 	exports := m.ensureSection(secExport)
@@ -156,7 +206,7 @@ func (m *Module) instrument() (*Stats, error) {
 	globals.Globals = append(globals.Globals,
 		Global{Type: 0x7e, Mutable: true, Init: append(init, 0x0b)},
 		Global{Type: 0x7e, Mutable: true, Init: []byte{0x42, 0x00, 0x0b}})
-	chk := &checker{fuel: fuel, limit: limit, refill: refill, local: -1}
+	chk := &checker{fuel: fuel, limit: limit, refill: refill, local: -1, bulk: hs}
 	if st.Resettable {
 		dirty := limit + 1
 		globals.Globals = append(globals.Globals, Global{Type: 0x7f, Mutable: true, Init: []byte{0x41, 0x00, 0x0b}})
@@ -199,14 +249,53 @@ func (m *Module) instrument() (*Stats, error) {
 			st.Functions++
 			st.Checks += n2
 		}
+		// The helpers the bodies call, after the module's own functions.
+		if len(hs.bodies) > 0 {
+			fsec := m.section(secFunction)
+			if fsec == nil {
+				return nil, fmt.Errorf("%w: code without a function section", ErrMalformed)
+			}
+			r := &reader{b: fsec.Raw}
+			n, err := r.count(1)
+			if err != nil {
+				return nil, err
+			}
+			raw := appendULEB(nil, uint64(n)+uint64(len(hs.bodies)))
+			raw = append(raw, fsec.Raw[r.off:]...)
+			for _, sig := range hs.types {
+				ti, err := addType(sig)
+				if err != nil {
+					return nil, err
+				}
+				raw = appendULEB(raw, uint64(ti))
+			}
+			fsec.Raw = raw
+			code.Funcs = append(code.Funcs, hs.bodies...)
+			st.Helpers = len(hs.bodies)
+			st.MemoryGrows, st.TableGrows = hs.memoryGrows, hs.tableGrows
+		}
 	}
+	hasNames := false
 	for i := 0; i < len(m.Sections); i++ {
 		if s := m.Sections[i]; s.ID == secCustom && s.Name == "name" {
-			if s.Raw = fixNames(s.Raw, fuel, limit, refill); s.Raw == nil {
+			hasNames = true
+			if s.Raw = fixNames(s.Raw, fuel, limit, refill, nimp, hs); s.Raw == nil {
 				m.Sections = append(m.Sections[:i], m.Sections[i+1:]...)
 				i--
 			}
 		}
+	}
+	if len(hs.bodies) > 0 && !hasNames {
+		// Name the helpers (and the imports) in a name section of their
+		// own, so that traps inside a helper are legible.
+		var funcs []byte
+		names := hs.names()
+		funcs = appendULEB(funcs, uint64(len(names)))
+		for i, name := range names {
+			funcs = appendName(appendULEB(funcs, uint64(hs.base)+uint64(i)), name)
+		}
+		raw := append([]byte{1}, appendULEB(nil, uint64(len(funcs)))...)
+		m.Sections = append(m.Sections, &Section{ID: secCustom, Name: "name", Raw: append(raw, funcs...)})
 	}
 	return st, nil
 }
@@ -234,8 +323,9 @@ func checkTables(raw []byte) error {
 	return nil
 }
 
-// addRefillType appends the type [] -> [] and returns its index.
-func (m *Module) addRefillType() (uint32, error) {
+// addType appends the function type sig (parameter value types, "/",
+// result value types) and returns its index.
+func (m *Module) addType(sig string) (uint32, error) {
 	s := m.ensureSection(secType)
 	r := &reader{b: s.Raw}
 	var n uint32
@@ -248,14 +338,23 @@ func (m *Module) addRefillType() (uint32, error) {
 	if n == math.MaxUint32 {
 		return 0, fmt.Errorf("%w: too many types", ErrMalformed)
 	}
+	params, results, _ := strings.Cut(sig, "/")
 	raw := appendULEB(nil, uint64(n)+1)
 	raw = append(raw, s.Raw[r.off:]...)
-	s.Raw = append(raw, 0x60, 0x00, 0x00)
+	raw = appendULEB(append(raw, 0x60), uint64(len(params)))
+	raw = appendULEB(append(raw, params...), uint64(len(results)))
+	s.Raw = append(raw, results...)
 	return n, nil
 }
 
-// addRefillImport appends the refill function import.
-func (m *Module) addRefillImport(typeIdx uint32) error {
+// importFunc is a function the pass imports from ImportModule.
+type importFunc struct {
+	name, sig string
+	typeIdx   uint32
+}
+
+// addImports appends the pass's function imports from ImportModule.
+func (m *Module) addImports(fs []importFunc) error {
 	s := m.ensureSection(secImport)
 	r := &reader{b: s.Raw}
 	var n uint32
@@ -282,12 +381,15 @@ func (m *Module) addRefillImport(typeIdx uint32) error {
 			}
 		}
 	}
-	raw := appendULEB(nil, uint64(n)+1)
+	raw := appendULEB(nil, uint64(n)+uint64(len(fs)))
 	raw = append(raw, s.Raw[entries:]...)
-	raw = appendName(raw, ImportModule)
-	raw = appendName(raw, ImportName)
-	raw = append(raw, KindFunc)
-	s.Raw = appendULEB(raw, uint64(typeIdx))
+	for _, f := range fs {
+		raw = appendName(raw, ImportModule)
+		raw = appendName(raw, f.name)
+		raw = append(raw, KindFunc)
+		raw = appendULEB(raw, uint64(f.typeIdx))
+	}
+	s.Raw = raw
 	return nil
 }
 
@@ -416,6 +518,7 @@ type checker struct {
 	fuel, limit, refill, dirty uint32
 	stateful                   map[uint32]bool
 	local                      int64
+	bulk                       *helpers // the module's helpers (bulk.go)
 }
 
 // transformExpr returns expr with function indices renumbered and, when chk
@@ -432,7 +535,8 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 	// and function indices to rewrite, in order.
 	type edit struct {
 		start, end int
-		level      int // > 0: a check for this level; 0: a function index
+		level      int // > 0: a check for this level; 0: a function index; -3: a helper call
+		helper     uint32
 	}
 	costs := []int64{0}
 	var edits []edit
@@ -443,7 +547,7 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 	// instruction that leaves the function or calls out of it; level -1
 	// reloads the local after a call. They apply only to a function that
 	// keeps its counter in a local.
-	sync := func(at int) { edits = append(edits, edit{at, at, -2}) }
+	sync := func(at int) { edits = append(edits, edit{at, at, -2, 0}) }
 	var bad error
 	err := scanExpr(r, func(k opKind, start, end int) {
 		cur := stack[len(stack)-1]
@@ -465,22 +569,35 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 				}
 			case 0x11: // call_indirect
 				sync(start)
-				edits = append(edits, edit{end, end, -1})
+				edits = append(edits, edit{end, end, -1, 0})
 			case 0x13, 0x0f: // return_call_indirect, return
 				sync(start)
 			case 0x0c, 0x0d, 0x0e: // br, br_if, br_table
 				if branchesOut(expr[start+1:end], op, len(stack)-1) {
 					sync(start)
 				}
+			case 0x40, 0xfc: // memory.grow, bulk and table instructions
+				if chk == nil || chk.bulk == nil || !isBulk(expr, start) {
+					break
+				}
+				f, err := chk.bulk.helperFor(expr[start:end])
+				if err != nil {
+					if bad == nil {
+						bad = err
+					}
+					break
+				}
+				sync(start)
+				edits = append(edits, edit{start, end, -3, f}, edit{end, end, -1, 0})
 			}
 		case opFunc:
 			costs[cur]++
 			if op != 0xd2 { // call, return_call
 				sync(start)
 			}
-			edits = append(edits, edit{start, end, 0})
+			edits = append(edits, edit{start, end, 0, 0})
 			if op == 0x10 {
-				edits = append(edits, edit{end, end, -1})
+				edits = append(edits, edit{end, end, -1, 0})
 			}
 		case opIf:
 			costs[cur]++
@@ -492,7 +609,7 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 			}
 		case opLoop:
 			stack = append(stack, len(costs))
-			edits = append(edits, edit{end, end, len(costs)})
+			edits = append(edits, edit{end, end, len(costs), 0})
 			costs = append(costs, 0)
 		case opEnd:
 			if len(stack) == 1 { // the function's own end: it returns
@@ -535,6 +652,10 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 				out = chk.append(out, costs[e.level])
 				checks++
 			}
+			continue
+		}
+		if e.level == -3 {
+			out = appendULEB(append(out, 0x10), uint64(e.helper))
 			continue
 		}
 		if e.level < 0 {
@@ -670,7 +791,7 @@ func (c *checker) append(b []byte, cost int64) []byte {
 // renumber labels) and names the added globals in the global-names
 // subsection. A name section it cannot read is dropped (names are optional;
 // wrong ones would mislead).
-func fixNames(raw []byte, fuel, limit, refill uint32) []byte {
+func fixNames(raw []byte, fuel, limit, refill, nimp uint32, hs *helpers) []byte {
 	const (
 		subFuncs   = 1
 		subLocals  = 2
@@ -679,9 +800,16 @@ func fixNames(raw []byte, fuel, limit, refill uint32) []byte {
 	)
 	remap := func(f uint32) uint32 {
 		if f >= refill {
-			return f + 1
+			return f + nimp
 		}
 		return f
+	}
+	importNames := []string{ImportName, ReserveName, ReleaseName}[:nimp]
+	addImportNames := func(nb []byte) []byte {
+		for i, n := range importNames {
+			nb = appendName(appendULEB(nb, uint64(refill)+uint64(i)), ImportModule+"."+n)
+		}
+		return nb
 	}
 	r := &reader{b: raw}
 	var out []byte
@@ -726,7 +854,7 @@ func fixNames(raw []byte, fuel, limit, refill uint32) []byte {
 			if err != nil {
 				return nil
 			}
-			nb := appendULEB(nil, uint64(n)+1)
+			nb := appendULEB(nil, uint64(n)+uint64(nimp)+uint64(len(hs.bodies)))
 			added := false
 			for i := uint32(0); i < n; i++ {
 				f, err := br.u32()
@@ -738,13 +866,16 @@ func fixNames(raw []byte, fuel, limit, refill uint32) []byte {
 					return nil
 				}
 				if f >= refill && !added {
-					nb = appendName(appendULEB(nb, uint64(refill)), ImportModule+"."+ImportName)
+					nb = addImportNames(nb)
 					added = true
 				}
 				nb = appendName(appendULEB(nb, uint64(remap(f))), name)
 			}
 			if !added {
-				nb = appendName(appendULEB(nb, uint64(refill)), ImportModule+"."+ImportName)
+				nb = addImportNames(nb)
+			}
+			for i, name := range hs.names() {
+				nb = appendName(appendULEB(nb, uint64(hs.base)+uint64(i)), name)
 			}
 			emit(id, nb)
 			continue

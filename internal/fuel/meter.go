@@ -24,9 +24,32 @@ const Slice int64 = 1 << 20
 // imports (ImportModule). Instantiate it once per runtime, before the
 // instrumented modules.
 func HostModule(ctx context.Context, r wazero.Runtime) (api.Module, error) {
+	i32 := []api.ValueType{api.ValueTypeI32}
 	return r.NewHostModuleBuilder(ImportModule).
 		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(refill), nil, nil).Export(ImportName).
+		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(tableReserve), i32, i32).Export(ReserveName).
+		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(tableRelease), i32, nil).Export(ReleaseName).
 		Instantiate(ctx)
+}
+
+// tableReserve is ReserveName: the guest's table.grow asks for n more
+// elements; 1 grants them (charged to the call's TableAccount), 0 refuses
+// (no account in the context, or the account says no). An interrupted
+// call traps here.
+func tableReserve(ctx context.Context, _ api.Module, stack []uint64) {
+	Check(ctx)
+	n := int64(uint32(stack[0]))
+	stack[0] = 0
+	if a := TableAccountFrom(ctx); a != nil && a.ReserveTable(n) {
+		stack[0] = 1
+	}
+}
+
+// tableRelease is ReleaseName: a growth the host granted failed in wazero.
+func tableRelease(ctx context.Context, _ api.Module, stack []uint64) {
+	if a := TableAccountFrom(ctx); a != nil {
+		a.ReleaseTable(int64(uint32(stack[0])))
+	}
 }
 
 type meterKey struct{}
