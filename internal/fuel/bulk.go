@@ -262,17 +262,17 @@ func (h *helpers) helperFor(ins []byte) (uint32, error) {
 // asm builds a function body.
 type asm []byte
 
-func (a asm) op(b ...byte) asm      { return append(a, b...) }
-func (a asm) lget(i uint32) asm     { return appendULEB(append(a, 0x20), uint64(i)) }
-func (a asm) lset(i uint32) asm     { return appendULEB(append(a, 0x21), uint64(i)) }
-func (a asm) ltee(i uint32) asm     { return appendULEB(append(a, 0x22), uint64(i)) }
-func (a asm) gget(i uint32) asm     { return appendULEB(append(a, 0x23), uint64(i)) }
-func (a asm) gset(i uint32) asm     { return appendULEB(append(a, 0x24), uint64(i)) }
-func (a asm) call(f uint32) asm     { return appendULEB(append(a, 0x10), uint64(f)) }
-func (a asm) i32(v int32) asm       { return appendSLEB(append(a, 0x41), int64(v)) }
-func (a asm) i64(v int64) asm       { return appendSLEB(append(a, 0x42), v) }
-func (a asm) fc(sub byte) asm       { return append(a, 0xfc, sub) }
-func (a asm) u32(v uint32) asm      { return appendULEB(a, uint64(v)) }
+func (a asm) op(b ...byte) asm       { return append(a, b...) }
+func (a asm) lget(i uint32) asm      { return appendULEB(append(a, 0x20), uint64(i)) }
+func (a asm) lset(i uint32) asm      { return appendULEB(append(a, 0x21), uint64(i)) }
+func (a asm) ltee(i uint32) asm      { return appendULEB(append(a, 0x22), uint64(i)) }
+func (a asm) gget(i uint32) asm      { return appendULEB(append(a, 0x23), uint64(i)) }
+func (a asm) gset(i uint32) asm      { return appendULEB(append(a, 0x24), uint64(i)) }
+func (a asm) call(f uint32) asm      { return appendULEB(append(a, 0x10), uint64(f)) }
+func (a asm) i32(v int32) asm        { return appendSLEB(append(a, 0x41), int64(v)) }
+func (a asm) i64(v int64) asm        { return appendSLEB(append(a, 0x42), v) }
+func (a asm) fc(sub byte) asm        { return append(a, 0xfc, sub) }
+func (a asm) u32(v uint32) asm       { return appendULEB(a, uint64(v)) }
 func (a asm) tableSize(t uint32) asm { return a.fc(16).u32(t) }
 
 // Local indices inside a helper: its three parameters, then c (the chunk,
