@@ -47,10 +47,10 @@ const (
 	// checks (64 KiB of references).
 	BulkChunkElems = BulkChunkBytes / TableElemBytes
 	// BulkByteShift: memory.fill costs one unit per 1<<BulkByteShift bytes.
-	BulkByteShift = 4
+	BulkByteShift = 3
 	// BulkCopyShift: memory.copy and memory.init cost one unit per
 	// 1<<BulkCopyShift bytes.
-	BulkCopyShift = 3
+	BulkCopyShift = 2
 	// MemoryPageCost is the fuel memory.grow charges per page added.
 	MemoryPageCost = (64 << 10) >> BulkByteShift
 
