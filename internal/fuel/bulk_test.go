@@ -170,4 +170,3 @@ func latencyBound() time.Duration {
 	}
 	return 10 * time.Millisecond
 }
-
