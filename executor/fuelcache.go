@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 
 	"github.com/sandboxd/sandboxd/internal/fuel"
-	"github.com/sandboxd/sandboxd/internal/wasmbin"
 )
 
 // The cache of instrumented modules.
@@ -47,8 +46,8 @@ type passVerdict struct {
 	// globals is how many mutable globals the pass exported for a reset
 	// (GlobalSnapshotExport0 … globals-1); 0 unless resettable.
 	globals int
-	// tableElems is the sum of the initial sizes of the module's tables
-	// (after wasmbin.LimitTables): the elements instantiation allocates.
+	// tableElems is fuel.Stats.TableElems, the sum of the initial sizes of
+	// the module's tables: the elements instantiation allocates.
 	tableElems int64
 }
 
@@ -95,14 +94,7 @@ func (e *Executor) instrument(bin []byte) ([]byte, passVerdict, error) {
 
 // verdictOf derives the verdict from the pass's Stats and its input bin.
 func verdictOf(bin []byte, st *fuel.Stats) (passVerdict, error) {
-	v := passVerdict{resettable: st.Resettable}
-	parsed, err := wasmbin.Parse(bin)
-	if err != nil {
-		return passVerdict{}, err
-	}
-	for _, t := range parsed.Tables {
-		v.tableElems += int64(t.Min)
-	}
+	v := passVerdict{resettable: st.Resettable, tableElems: st.TableElems}
 	if v.resettable {
 		// The pass exports every defined mutable global of a resettable
 		// module (which imports none), in order.
