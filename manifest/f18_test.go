@@ -232,3 +232,41 @@ func mustTool(t *testing.T, input, output string) *Tool {
 	}
 	return tool
 }
+
+// FuzzValidateWithinBudget: the budget only ever refuses (never changes a
+// verdict or the issues of a document it lets through), the tree-less
+// check of an accept-all schema agrees with a full decode, and issues stay
+// within their bounds.
+func FuzzValidateWithinBudget(f *testing.F) {
+	for _, s := range []string{`{}`, `[0,0,0]`, `{"a":[0,"x",{"b":[]}]}`, `"\u00e9\n"`, `{"a":1,"a":2}`, `1e99999`, `[`, `[1,]`} {
+		f.Add([]byte(s), uint16(1000))
+	}
+	all := mustSchema(f, `{"description":"anything"}`)
+	strict := mustSchema(f, `{"type":"object","additionalProperties":{"type":"array","items":{"type":"string"}},"propertyNames":{"maxLength":2}}`)
+	f.Fuzz(func(t *testing.T, doc []byte, budget uint16) {
+		_, _, fullErr := all.ValidateWithin(doc, true, 1<<40) // with defaults: a full decode
+		_, _, fastErr := all.ValidateWithin(doc, false, 1)    // tree-less
+		if (fullErr == nil) != (fastErr == nil) {
+			t.Fatalf("accept-all: full decode %v, tree-less %v", fullErr, fastErr)
+		}
+		out1, iss1, err1 := strict.ValidateWithin(doc, true, 1<<40)
+		out2, iss2, err2 := strict.ValidateWithin(doc, true, int64(budget)+1)
+		if err2 != nil && errors.Is(err2, ErrValidationBudget) {
+			return
+		}
+		if (err1 == nil) != (err2 == nil) || string(out1) != string(out2) || len(iss1) != len(iss2) {
+			t.Fatalf("budget changed the verdict: %v/%v, %d/%d issues", err1, err2, len(iss1), len(iss2))
+		}
+		if len(iss1) > MaxIssues+1 {
+			t.Fatalf("%d issues", len(iss1))
+		}
+	})
+}
+
+func mustSchema(f *testing.F, s string) *Schema {
+	sch, err := CompileSchema("/input", json.RawMessage(s))
+	if err != nil {
+		f.Fatal(err)
+	}
+	return sch
+}
