@@ -52,6 +52,9 @@ func limitTables(t testing.TB, bin []byte) []byte {
 	return b
 }
 
+// limitTablesErr is limitTables for fuzz inputs, which may not parse.
+func limitTablesErr(bin []byte) ([]byte, error) { return wasmbin.LimitTables(bin, 1<<20) }
+
 // frameIndex matches an unnamed function in a wazero stack trace.
 var frameIndex = regexp.MustCompile(`\.\$[0-9]+\(`)
 
