@@ -293,7 +293,8 @@ func (t *Tool) takeInstance(key needsKey) *instance {
 // context-isolated and strict are for.
 
 // warmSet holds the warm instances of a posture-none reactor tool, at most
-// max of them over all keys; a full set closes the instance given back.
+// max of them over all keys; a full set gives up its least recently kept
+// instance for the new one.
 type warmSet struct {
 	mu  sync.Mutex
 	max int
@@ -319,19 +320,21 @@ func (w *warmSet) take(key needsKey) *instance {
 }
 
 // put keeps in as a warm instance for calls with key and reports whether it
-// did (false: no set, or it is full).
-func (w *warmSet) put(in *instance, key needsKey) bool {
-	if w == nil {
-		return false
+// did (false: no set). A full set evicts its oldest instance, which the
+// caller must close.
+func (w *warmSet) put(in *instance, key needsKey) (kept bool, evicted *instance) {
+	if w == nil || w.max <= 0 {
+		return false, nil
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.ins) >= w.max {
-		return false
+		evicted = w.ins[0]
+		w.ins = append(w.ins[:0], w.ins[1:]...)
 	}
 	in.needs = key
 	w.ins = append(w.ins, in)
-	return true
+	return true, evicted
 }
 
 // drain removes and returns every warm instance.
@@ -350,7 +353,14 @@ func (w *warmSet) drain() []*instance {
 // call with the same key, when t keeps warm instances (posture none); it
 // reports whether it did.
 func (t *Tool) putWarm(in *instance, key needsKey) bool {
-	return !t.closed.Load() && t.idle.put(in, key)
+	if t.closed.Load() {
+		return false
+	}
+	kept, evicted := t.idle.put(in, key)
+	if evicted != nil {
+		_ = evicted.mod.Close(context.Background())
+	}
+	return kept
 }
 
 func (t *Tool) stopPool(ctx context.Context) {

@@ -19,7 +19,9 @@ import (
 // faster than a background goroutine can refill it. So, for a module the
 // fuel pass found resettable (internal/fuel: it imports nothing but
 // functions, changes no table or segment, and every state-changing WASI call
-// sets a dirty flag), each instance saves its state right after
+// sets a dirty flag; the pass's verdict is kept with the compiled module,
+// fuelcache.go, and nothing the module exports has a say), each instance
+// saves its state right after
 // instantiation and _initialize — the non-zero 4 KiB chunks of its linear
 // memory and the values of its mutable globals — and, after a call that
 // ended cleanly, that state is written back and the instance returns to the

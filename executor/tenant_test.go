@@ -255,3 +255,37 @@ func TestCrossTenantMatrix(t *testing.T) {
 		}
 	}
 }
+
+// Posture none keeps at most WithIdleInstances warm instances over all
+// needs: a call with new values evicts the least recently kept instance
+// rather than going without one, and an evicted instance never comes back.
+func TestNoneWarmSetEvicts(t *testing.T) {
+	e := newExecutor(t, func(c executor.Config) executor.Config { return c.WithIdleInstances(1) })
+	tool := load(t, e, "xtenant_reactor", func(m map[string]any) {
+		m["sandbox"] = "none"
+		m["needsSpec"] = map[string]any{"env": map[string]any{"TOKEN": map[string]any{"type": "string"}}}
+	})
+	call := func(token string) xtenantOut {
+		t.Helper()
+		res, err := callAs(t, tool, "t-"+token, `{"s":"in-`+token+`"}`, executor.CallContext{Env: map[string]string{"TOKEN": token}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := decodeXtenant(t, res)
+		if o.Token != token {
+			t.Fatalf("token %q, want %q", o.Token, token)
+		}
+		return o
+	}
+	call("one")
+	if o := call("one"); o.Calls != 1 {
+		t.Fatalf("the warm instance was not reused for the same env: %+v", o)
+	}
+	call("two") // evicts one's instance
+	if o := call("two"); o.Calls != 1 {
+		t.Fatalf("the new env got no warm instance: %+v", o)
+	}
+	if o := call("one"); o.Calls != 0 || len(o.Prev) != 0 {
+		t.Fatalf("an evicted instance came back: %+v", o)
+	}
+}
