@@ -554,7 +554,7 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 		op := expr[start]
 		switch k {
 		case opOther:
-			costs[cur]++
+			costs[cur] += opWeight(expr[start:end])
 			switch op {
 			case 0x20, 0x21, 0x22, 0x23, 0x24: // local.get/set/tee, global.get/set
 				ir := &reader{b: expr[:end], off: start + 1}
@@ -682,6 +682,27 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 	}
 	out = append(out, expr[prev:]...)
 	return out, checks, nil
+}
+
+// opWeight is the fuel an instruction costs: 1, or more for the
+// instructions that take several times longer than the rest (measured by
+// TestSliceTime), so that a Slice of fuel is about a millisecond whatever
+// the mix.
+func opWeight(ins []byte) int64 {
+	switch ins[0] {
+	case 0x6d, 0x6e, 0x6f, 0x70, 0x7f, 0x80, 0x81, 0x82: // integer division and remainder
+		return 3
+	case 0x91, 0x95, 0x9f, 0xa3: // f32/f64 sqrt and div
+		return 2
+	case 0x11, 0x13: // call_indirect, return_call_indirect
+		return 4
+	case 0xfd:
+		switch ins[1] {
+		case 0xe3, 0xe7, 0xef, 0xf3: // f32x4/f64x2 sqrt and div
+			return 4
+		}
+	}
+	return 1
 }
 
 // reload sets the function's local to the fuel left above the floor
