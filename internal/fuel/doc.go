@@ -8,9 +8,16 @@
 // Instrument adds to the module
 //
 //   - a function import ImportModule.ImportName of type [] -> [] ($refill),
-//     after the existing imports: the module's own functions are renumbered
-//     one up, everywhere they are referenced (calls, ref.func, element
-//     segments, global initialisers, exports, the name section);
+//     after the existing imports, and, for a module that uses table.grow,
+//     ImportModule.ReserveName and ReleaseName after it: the module's own
+//     functions are renumbered one (or three) up, everywhere they are
+//     referenced (calls, ref.func, element segments, global initialisers,
+//     exports, the name section);
+//   - after the module's own functions, one helper function per bulk or
+//     growth instruction and immediates it uses (bulk.go): each such
+//     instruction becomes a call of its helper, which checks bounds first,
+//     works in chunks of at most 64 KiB with a charge and a check per
+//     chunk, and charges fuel in proportion to the bytes or elements;
 //   - two mutable i64 globals after every existing global (no global index
 //     changes): the counter $fuel, exported as GlobalExport, and its floor
 //     $limit, exported as LimitExport.
@@ -54,6 +61,27 @@
 //
 // because a caught exception would reach its handler without the reload.
 //
+// # Decoding exactly as wazero does
+//
+// The instruction stream wazero executes must be the one the pass metered
+// (F12: a stream the two read differently hid a loop and a table.set). The
+// pass reads every instruction as wazero v1.12's validator and wazevo
+// frontend do, and refuses a module where they could read it differently
+// from the spec: the sub-opcode after 0xfd and 0xfe is one byte (a 0xfd
+// sub-opcode of 0x80 or more is accepted only followed by 0x01, its spec
+// encoding, which wazero reads as a nop); the sub-opcode after 0xfc must
+// be its minimal one-byte LEB128; the reserved memory index of
+// memory.size, memory.grow, memory.fill, memory.copy and memory.init must
+// be the single byte 0x00; a memarg is an alignment u32 below 32 (wazero has
+// no multi-memory) and a u32 offset; select's type count is the byte 0x01.
+// Other LEB128 immediates may be padded (Go's linker pads them): both
+// decoders end a LEB128 at its first byte without the continuation bit and
+// refuse the same over-long ones, so they read the same length. The reset
+// analysis reads the same stream.
+//
+// Every export name beginning with ReservedPrefix ("sandboxd.") is refused
+// in the input, resettable or not, and so is any import from ImportModule.
+//
 // The pass refuses a module whose code names a global or local index that
 // does not exist (an invalid module, which wazero would refuse anyway):
 // after the pass adds its own globals and local, such an index would name
@@ -64,15 +92,20 @@
 // state-changing WASI imports set.
 //
 // C is the static cost of the code that belongs to that function or loop
-// level: the number of instructions in its body, not counting block, loop,
-// else, end and nop, and not counting the bodies of loops nested in it (they
-// pay at their own header). C is at least 1. Each level's instructions run
-// at most once per pass through its check, so the fuel charged is never less
-// than the instructions executed, and it is the same on every machine.
-// Every backward jump goes through a loop header and every call through a
-// function entry, so the work between two checks is bounded by the size of
-// one function body (bulk memory instructions and host calls excepted: they
-// run to completion).
+// level: the weights of the instructions in its body, not counting block,
+// loop, else, end and nop, and not counting the bodies of loops nested in it
+// (they pay at their own header). An instruction weighs 1, except integer
+// division and remainder (3), float division and square root (2),
+// call_indirect (4) and SIMD division and square root (4), so that a Slice
+// is about a millisecond of work whatever the mix (TestSliceTime). C is at
+// least 1. Each level's instructions run at most once per pass through its
+// check, so the fuel charged is never less than the instructions executed,
+// and it is the same on every machine. Every backward jump goes through a
+// loop header and every call through a function entry, so the work between
+// two checks is bounded by the size of one function body: the bulk
+// instructions run in checked chunks (bulk.go), and host functions call
+// Check and Charge. memory.grow and table.grow are single operations
+// (charged per page or element; bounded by memMB and the TableAccount).
 //
 // A Wasm start function would run inside instantiation, before the host
 // could set the counter, so Instrument removes the start section and exports
