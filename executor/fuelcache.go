@@ -22,8 +22,9 @@ import (
 // resettable, through exactly the globals the pass exported, and the
 // module's initial tables are charged to memMB at instantiation.
 //
-// A disk entry is the header, the verdict and the module, followed by a
-// SHA-256 digest that binds all of them to the input's digest and the pass
+// A disk entry is a header, the pass's Stats (fuel.MarshalStats, which
+// carries the pass version), the number of globals the pass exported for a
+// reset, and the module, followed by a SHA-256 digest that binds all of them to the input's digest and the pass
 // version. An entry that does not parse, or whose digest does not match
 // (a truncated write, a corrupted disk, a module copied over the entry, an
 // entry of another module renamed), is ignored: the pass runs again and the
@@ -87,7 +88,10 @@ func (e *Executor) instrument(bin []byte) ([]byte, passVerdict, error) {
 	}
 	e.fuelCache.Store(key, fuelEntry{out: out, verdict: v, err: err})
 	if err == nil && path != "" {
-		_ = writeAtomic(path, encodeFuelEntry(key, out, v)) // a cache: failing to write only costs the next process a rerun
+		// A cache: failing to write only costs the next process a rerun.
+		if entry, err := encodeFuelEntry(key, out, st, v.globals); err == nil {
+			_ = writeAtomic(path, entry)
+		}
 	}
 	return out, v, err
 }
@@ -114,20 +118,24 @@ func verdictOf(bin []byte, st *fuel.Stats) (passVerdict, error) {
 }
 
 // fuelMagic starts every disk entry; its last byte is the entry format.
-const fuelMagic = "sandboxd-fuel\x01"
+const fuelMagic = "sandboxd-fuel\x02"
 
-// encodeFuelEntry lays out a disk entry: magic, verdict, module length,
-// module, digest.
-func encodeFuelEntry(key fuelKey, out []byte, v passVerdict) []byte {
-	b := make([]byte, 0, len(fuelMagic)+3*binary.MaxVarintLen64+1+len(out)+sha256.Size)
+// encodeFuelEntry lays out a disk entry: magic, the pass's Stats
+// (fuel.MarshalStats), the number of snapshot globals, the module, digest.
+func encodeFuelEntry(key fuelKey, out []byte, st *fuel.Stats, globals int) ([]byte, error) {
+	stats, err := fuel.MarshalStats(st)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 0, len(fuelMagic)+3*binary.MaxVarintLen64+len(stats)+len(out)+sha256.Size)
 	b = append(b, fuelMagic...)
-	b = append(b, boolByte(v.resettable))
-	b = binary.AppendUvarint(b, uint64(v.globals))
-	b = binary.AppendUvarint(b, uint64(v.tableElems))
+	b = binary.AppendUvarint(b, uint64(len(stats)))
+	b = append(b, stats...)
+	b = binary.AppendUvarint(b, uint64(globals))
 	b = binary.AppendUvarint(b, uint64(len(out)))
 	b = append(b, out...)
 	d := fuelEntryDigest(key, b)
-	return append(b, d[:]...)
+	return append(b, d[:]...), nil
 }
 
 // decodeFuelEntry checks and reads a disk entry; ok is false for anything
@@ -141,27 +149,30 @@ func decodeFuelEntry(key fuelKey, raw []byte) (out []byte, v passVerdict, ok boo
 		return nil, passVerdict{}, false
 	}
 	r := body[len(fuelMagic):]
-	if len(r) < 1 || r[0] > 1 {
-		return nil, passVerdict{}, false
-	}
-	v.resettable = r[0] == 1
-	r = r[1:]
-	var fields [3]uint64
-	for i := range fields {
+	field := func() (uint64, bool) {
 		n, k := binary.Uvarint(r)
 		if k <= 0 {
-			return nil, passVerdict{}, false
+			return 0, false
 		}
-		fields[i], r = n, r[k:]
+		r = r[k:]
+		return n, true
 	}
-	if fields[0] > 1<<32 || fields[1] > 1<<40 || fields[2] != uint64(len(r)) || len(r) < 8 {
+	n, ok := field()
+	if !ok || n > uint64(len(r)) {
 		return nil, passVerdict{}, false
 	}
-	v.globals, v.tableElems = int(fields[0]), int64(fields[1])
-	if !v.resettable && v.globals != 0 {
+	st, err := fuel.UnmarshalStats(r[:n])
+	if err != nil {
 		return nil, passVerdict{}, false
 	}
-	return r, v, true
+	r = r[n:]
+	globals, ok1 := field()
+	size, ok2 := field()
+	if !ok1 || !ok2 || size != uint64(len(r)) || len(r) < 8 || globals > 1<<32 || st.TableElems < 0 ||
+		(!st.Resettable && globals != 0) {
+		return nil, passVerdict{}, false
+	}
+	return r, passVerdict{resettable: st.Resettable, globals: int(globals), tableElems: st.TableElems}, true
 }
 
 // fuelEntryDigest binds an entry's bytes to the input and pass version it
@@ -174,13 +185,6 @@ func fuelEntryDigest(key fuelKey, body []byte) [sha256.Size]byte {
 	var d [sha256.Size]byte
 	h.Sum(d[:0])
 	return d
-}
-
-func boolByte(b bool) byte {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // readRegular reads path if it is a regular file of a sane size (a cache
