@@ -31,9 +31,15 @@ func checkCompileBudget(bin []byte) error {
 // or a caller giving up must not wait for it. An abandoned compilation
 // finishes in the background and its result is closed; the error is then
 // ctx's (cancelled or deadline-exceeded).
-func compile(ctx context.Context, r wazero.Runtime, bin []byte) (wazero.CompiledModule, error) {
+//
+// When it abandons a compilation, gaveUp is true: the background
+// goroutine then owns r and closes it once the compiler is done with it
+// (closing a runtime under a running compilation crashes wazero's engine:
+// its module map is gone when the compiler stores the result), so the
+// caller must not close r.
+func compile(ctx context.Context, r wazero.Runtime, bin []byte) (_ wazero.CompiledModule, gaveUp bool, _ error) {
 	if err := ctx.Err(); err != nil {
-		return nil, toolerr.As(err)
+		return nil, false, toolerr.As(err)
 	}
 	type result struct {
 		cm  wazero.CompiledModule
@@ -50,6 +56,7 @@ func compile(ctx context.Context, r wazero.Runtime, bin []byte) (wazero.Compiled
 			if cm != nil {
 				_ = cm.Close(context.Background())
 			}
+			_ = r.Close(context.Background())
 		default:
 			done <- result{cm, err}
 		}
@@ -57,20 +64,22 @@ func compile(ctx context.Context, r wazero.Runtime, bin []byte) (wazero.Compiled
 	select {
 	case res := <-done:
 		if res.err != nil {
-			return nil, toolerr.Wrap(toolerr.HandlerShapeInvalid, res.err, "module does not compile")
+			return nil, false, toolerr.Wrap(toolerr.HandlerShapeInvalid, res.err, "module does not compile")
 		}
-		return res.cm, nil
+		return res.cm, false, nil
 	case <-ctx.Done():
 		close(abandoned)
 		// The goroutine may have sent just before the close.
 		select {
 		case res := <-done:
+			// The compiler finished just before: the caller closes r.
 			if res.cm != nil {
 				_ = res.cm.Close(context.Background())
 			}
+			return nil, false, toolerr.Wrap(toolerr.As(ctx.Err()).Code, ctx.Err(), "stopped waiting for the module to compile")
 		default:
 		}
-		return nil, toolerr.Wrap(toolerr.As(ctx.Err()).Code, ctx.Err(), "stopped waiting for the module to compile")
+		return nil, true, toolerr.Wrap(toolerr.As(ctx.Err()).Code, ctx.Err(), "stopped waiting for the module to compile")
 	}
 }
 

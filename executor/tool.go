@@ -89,8 +89,9 @@ func (e *Executor) newTool(ctx context.Context, mt *manifest.Tool, mod *artifact
 		WithCloseOnContextDone(!t.metered).
 		WithCoreFeatures(api.CoreFeaturesV2)
 	t.runtime = wazero.NewRuntimeWithConfig(ctx, rc)
+	ownRuntime := true // false once an abandoned compilation owns it (compile.go)
 	defer func() {
-		if err != nil {
+		if err != nil && ownRuntime {
 			_ = t.runtime.Close(ctx)
 		}
 	}()
@@ -105,7 +106,9 @@ func (e *Executor) newTool(ctx context.Context, mt *manifest.Tool, mod *artifact
 			return nil, toolerr.Wrap(toolerr.Internal, err, "instantiate the fuel host module")
 		}
 	}
-	if t.compiled, err = compile(ctx, t.runtime, bin); err != nil { // compile.go: stops waiting when ctx is done
+	var abandoned bool
+	if t.compiled, abandoned, err = compile(ctx, t.runtime, bin); err != nil { // compile.go: stops waiting when ctx is done
+		ownRuntime = !abandoned
 		return nil, err
 	}
 	if t.style, t.hasInit, err = checkShape(ctx, t.runtime, t.compiled, mod.Bytes, t.memLimit, lim.memMB); err != nil {
