@@ -37,7 +37,7 @@ func checkCompileBudget(bin []byte) error {
 // (closing a runtime under a running compilation crashes wazero's engine:
 // its module map is gone when the compiler stores the result), so the
 // caller must not close r.
-func compile(ctx context.Context, r wazero.Runtime, bin []byte) (_ wazero.CompiledModule, gaveUp bool, _ error) {
+func (e *Executor) compile(ctx context.Context, r wazero.Runtime, bin []byte) (_ wazero.CompiledModule, gaveUp bool, _ error) {
 	if err := ctx.Err(); err != nil {
 		return nil, false, toolerr.As(err)
 	}
@@ -47,7 +47,9 @@ func compile(ctx context.Context, r wazero.Runtime, bin []byte) (_ wazero.Compil
 	}
 	done := make(chan result, 1)
 	var abandoned = make(chan struct{})
+	e.backgroundStart() // the goroutine uses the compilation cache's engine
 	go func() {
+		defer e.backgroundDone()
 		// The compile must not see ctx's cancellation half way (wazero does
 		// not honour it anyway); it runs to its end.
 		cm, err := r.CompileModule(context.WithoutCancel(ctx), bin)

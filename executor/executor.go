@@ -25,6 +25,12 @@ type Executor struct {
 	mu     sync.Mutex
 	tools  map[*Tool]struct{}
 	closed bool
+	// background counts abandoned compilations still running (compile.go);
+	// they use the compilation cache's engine, so Close leaves closing the
+	// cache to the last of them (closing it under a compilation crashes
+	// wazero).
+	background  int
+	cacheClosed bool
 
 	pooledBytes atomic.Int64 // linear memory of idle pre-warmed instances (pool.go)
 	fuelCache   sync.Map     // fuelKey → fuelEntry (fuel.go)
@@ -114,8 +120,33 @@ func (e *Executor) Close(ctx context.Context) error {
 	for _, t := range tools {
 		errs = append(errs, t.Close(ctx))
 	}
-	errs = append(errs, e.cache.Close(ctx))
+	e.mu.Lock()
+	closeCache := e.background == 0 && !e.cacheClosed
+	e.cacheClosed = e.cacheClosed || closeCache
+	e.mu.Unlock()
+	if closeCache {
+		errs = append(errs, e.cache.Close(ctx))
+	}
 	return errors.Join(errs...)
+}
+
+// backgroundStart registers a compilation that outlives its Load.
+func (e *Executor) backgroundStart() {
+	e.mu.Lock()
+	e.background++
+	e.mu.Unlock()
+}
+
+// backgroundDone ends one; the last one after Close closes the cache.
+func (e *Executor) backgroundDone() {
+	e.mu.Lock()
+	e.background--
+	closeCache := e.background == 0 && e.closed && !e.cacheClosed
+	e.cacheClosed = e.cacheClosed || closeCache
+	e.mu.Unlock()
+	if closeCache {
+		_ = e.cache.Close(context.Background())
+	}
 }
 
 // LoadOption adjusts one Load.

@@ -107,7 +107,7 @@ func (e *Executor) newTool(ctx context.Context, mt *manifest.Tool, mod *artifact
 		}
 	}
 	var abandoned bool
-	if t.compiled, abandoned, err = compile(ctx, t.runtime, bin); err != nil { // compile.go: stops waiting when ctx is done
+	if t.compiled, abandoned, err = e.compile(ctx, t.runtime, bin); err != nil { // compile.go: stops waiting when ctx is done
 		ownRuntime = !abandoned
 		return nil, err
 	}
