@@ -5,7 +5,7 @@ import (
 	"math"
 )
 
-// Cost follows work (pass version 5).
+// Cost follows work (pass version 5; version 6 charges one unit per byte).
 //
 // The bulk instructions (memory.fill, memory.copy, memory.init, table.fill,
 // table.copy, table.init) and the growth instructions (memory.grow,
@@ -47,10 +47,16 @@ const (
 	// checks (64 KiB of references).
 	BulkChunkElems = BulkChunkBytes / TableElemBytes
 	// BulkByteShift: memory.fill costs one unit per 1<<BulkByteShift bytes.
-	BulkByteShift = 3
+	// One unit per byte: a Slice is then 1 MiB of work, which stays about
+	// a millisecond even on never-touched memory, where every 4 KiB page
+	// faults (at 1 unit per 8 bytes a Slice was 8 MiB of first touches, and
+	// a GC stop-the-world beside a filling guest waited 25-50 ms in
+	// TestServeLivenessHostile). On warm memory the refill this costs is
+	// one host call per ~50 µs of memset.
+	BulkByteShift = 0
 	// BulkCopyShift: memory.copy and memory.init cost one unit per
-	// 1<<BulkCopyShift bytes.
-	BulkCopyShift = 2
+	// 1<<BulkCopyShift bytes (one per byte, as fill; see BulkByteShift).
+	BulkCopyShift = 0
 	// MemoryPageCost is the fuel memory.grow charges per page added.
 	MemoryPageCost = (64 << 10) >> BulkByteShift
 	// GrowBaseCost is what every memory.grow and table.grow costs besides

@@ -11,7 +11,7 @@ import (
 // Version identifies the pass. It changes whenever Instrument's output for
 // some input changes; a cache of instrumented modules keys on it together
 // with the input's digest.
-const Version = 5
+const Version = 6
 
 // Reserved export names the pass adds. A module that exports any name
 // beginning with ReservedPrefix is refused, whether or not it is resettable:
