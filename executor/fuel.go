@@ -9,6 +9,7 @@ import (
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/sandboxd/sandboxd/internal/fuel"
+	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
 
@@ -60,8 +61,17 @@ func (mt *metering) begin(ctx context.Context, budget int64) (context.Context, f
 	}
 	mt.start = budget
 	mt.m.Set(budget)
+	if wd, _ := ctx.Value(watchdogKey{}).(*limits.Watchdog); wd != nil {
+		mt.m.SetPoll(wd.Expired)
+	} else {
+		mt.m.SetPoll(nil)
+	}
 	return mt.m.Context(ctx), func() {}
 }
+
+// watchdogKey carries the CPU watchdog of the call (Tool.guard) to
+// metering.begin, which has the meter poll it at every refill.
+type watchdogKey struct{}
 
 // used returns the fuel the last call consumed (0 for an unmetered module).
 func (mt *metering) used() int64 {

@@ -359,7 +359,9 @@ func (t *Tool) guard(ctx context.Context, fn func(ctx context.Context, cancel co
 	defer cancel(nil)
 	budget := time.Duration(t.limits.cpuMs) * time.Millisecond
 	wd := limits.StartWatchdog(limits.CurrentThread(), budget, func(time.Duration) { cancel(errCPUExceeded) })
-	err = fn(gctx, cancel)
+	// The fuel meter also asks the watchdog at every refill (fuel.go), so
+	// the budget holds even when the watchdog's timer runs late.
+	err = fn(context.WithValue(gctx, watchdogKey{}, wd), cancel)
 	cpu, _ = wd.Stop()
 	return cpu, err, context.Cause(gctx)
 }
@@ -645,7 +647,13 @@ func (t *Tool) classify(ctx context.Context, inv *invocation, err, cause error, 
 		}
 		return t.memExceeded(r, fmt.Sprintf("%s (memMB %d, the guest needed at least %d bytes)", what, t.limits.memMB, r))
 	}
-	switch ctxErr := ctx.Err(); {
+	ctxErr := ctx.Err()
+	if d, ok := ctx.Deadline(); ok && ctxErr == nil && !time.Now().Before(d) {
+		// The meter saw the deadline on the clock before the context's
+		// timer fired (fuel.Meter.SetPoll).
+		ctxErr = context.DeadlineExceeded
+	}
+	switch {
 	case errors.Is(ctxErr, context.DeadlineExceeded):
 		return toolerr.Wrap(toolerr.DeadlineExceeded, context.DeadlineExceeded, "the wall deadline passed before the handler finished")
 	case errors.Is(ctxErr, context.Canceled):

@@ -97,3 +97,35 @@ func TestAccount(t *testing.T) {
 		t.Fatal("free did not release linear memory")
 	}
 }
+
+// Expired enforces the budget from the watched thread itself, without
+// waiting for the timer: with the timer unable to fire first (its budget is
+// an hour of wall time away from being checked again), a spin past the
+// budget is seen at the next Expired, which runs onExceed exactly once.
+func TestWatchdogExpiredWithoutTimer(t *testing.T) {
+	if !Supported() {
+		t.Skip("no per-thread CPU clock")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	clock := CurrentThread()
+	var fired atomic.Int32
+	w := StartWatchdog(clock, 5*time.Millisecond, func(time.Duration) { fired.Add(1) })
+	w.mu.Lock()
+	w.timer.Stop() // only Expired can notice now
+	w.mu.Unlock()
+	if w.Expired() {
+		t.Fatal("expired before any CPU was used")
+	}
+	spin(6*time.Millisecond, clock)
+	if !w.Expired() || !w.Expired() {
+		t.Fatal("not expired after spending the budget")
+	}
+	if _, exceeded := w.Stop(); !exceeded || fired.Load() != 1 {
+		t.Fatalf("exceeded %v, onExceed ran %d times", exceeded, fired.Load())
+	}
+	var nilW *Watchdog
+	if nilW.Expired() {
+		t.Fatal("a nil watchdog expired")
+	}
+}

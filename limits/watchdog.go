@@ -56,6 +56,30 @@ func (w *Watchdog) check() {
 	w.timer.Reset(max(w.budget-used, minPoll))
 }
 
+// Expired reports whether the budget is spent, reading the clock now; when
+// it is and onExceed has not run yet, it runs onExceed first, on the calling
+// goroutine. The guest's thread calls it at every fuel refill (about once a
+// millisecond of guest work), so a budget is enforced even when the timer
+// goroutine is late (a busy machine with one P held by the guest can delay
+// timers by a scheduler quantum or more).
+func (w *Watchdog) Expired() bool {
+	if w == nil || w.budget <= 0 {
+		return false
+	}
+	used := w.clock.Now() - w.start
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.fired {
+		return true
+	}
+	if w.stopped || used < w.budget {
+		return false
+	}
+	w.fired = true
+	w.onExceed(used)
+	return true
+}
+
 // Used returns the CPU time consumed since the watchdog started.
 func (w *Watchdog) Used() time.Duration { return w.clock.Now() - w.start }
 

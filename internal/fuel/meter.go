@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"sync/atomic"
+	"time"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -67,7 +68,7 @@ func refill(ctx context.Context, mod api.Module, _ []uint64) {
 	if !ok1 || !ok2 {
 		panic(ErrNotMetered)
 	}
-	if m, _ := ctx.Value(meterKey{}).(*Meter); m != nil && (m.interrupted.Load() || ctx.Err() != nil) {
+	if m, _ := ctx.Value(meterKey{}).(*Meter); m != nil && (m.interrupted.Load() || ctx.Err() != nil || m.polled(ctx)) {
 		m.interrupted.Store(true)
 		limit.Set(uint64(Interrupted))
 		return
@@ -85,6 +86,27 @@ func refill(ctx context.Context, mod api.Module, _ []uint64) {
 type Meter struct {
 	fuel, limit api.MutableGlobal
 	interrupted atomic.Bool
+	// poll, when set, is asked at every refill whether the call must stop
+	// (SetPoll); it runs on the guest's goroutine.
+	poll func() bool
+}
+
+// SetPoll sets a function that refill (and Charge, when it crosses the
+// floor) asks whether the current call must stop, besides Interrupt and
+// the end of the call's context: the host's CPU watchdog reads the thread's
+// clock there, so a budget holds even when timers run late. It must be set
+// between calls, like Set; nil removes it.
+func (m *Meter) SetPoll(f func() bool) { m.poll = f }
+
+// polled reports whether the call must stop by its poll function or by
+// its context's deadline having passed (read from the clock, not from
+// the context's timer, which a busy scheduler can run late).
+func (m *Meter) polled(ctx context.Context) bool {
+	if m.poll != nil && m.poll() {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
 }
 
 // NewMeter returns the meter of an instance of an instrumented module.
@@ -186,6 +208,11 @@ func Charge(ctx context.Context, units int64) {
 	m.fuel.Set(uint64(f))
 	if f >= int64(m.limit.Get()) {
 		return
+	}
+	if m.polled(ctx) {
+		m.interrupted.Store(true)
+		m.limit.Set(uint64(Interrupted))
+		panic(ErrInterrupted)
 	}
 	if f < 0 {
 		// Spent: the floor (>= 0) stays above the counter.
