@@ -162,6 +162,8 @@ func TestUsageErrors(t *testing.T) {
 		{"run", "--timeout", "-1s"},
 		{"run", "--refuse-posture", "lax"},
 		{"run", "extra-arg"},
+		{"serve", "--body-budget-mb", "0"},
+		{"serve", "--body-timeout", "-1s"},
 	} {
 		code, stdout, stderr := runCLI(t, "", args...)
 		if code != 2 {

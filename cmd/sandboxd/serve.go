@@ -46,6 +46,8 @@ func cmdServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		queue       = fs.Int("queue", 0, "calls waiting for a slot before 503 (default 4 × max-concurrency; -1: none)")
 		perTool     = fs.Int("per-tool-concurrency", 0, "calls running at once per tool (default 3/4 of max-concurrency)")
 		drain       = fs.Duration("drain-timeout", server.DefaultDrainTimeout, "how long SIGTERM waits for in-flight calls")
+		bodyMB      = fs.Int64("body-budget-mb", server.DefaultBodyBudget>>20, "MiB held for invoke request bodies at once across all connections, charged before a body is read (a body that does not fit gets 503)")
+		bodyTimeout = fs.Duration("body-timeout", server.DefaultBodyTimeout, "how long an invoke request body may take to arrive, whatever kindgi-timeout-ms says")
 		envCheck    = fs.String("env-check", "strict", "strict: not ready while the index's required env is missing; warn: ready anyway")
 		packID      = fs.String("pack-id", "", "packId for --tools (default sandboxd)")
 		packVersion = fs.String("pack-version", "", "packVersion for --tools (default 0.0.0)")
@@ -72,6 +74,10 @@ func cmdServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
+		return exitUsage
+	}
+	if *bodyMB <= 0 || *bodyTimeout <= 0 {
+		fmt.Fprintln(stderr, "serve: --body-budget-mb and --body-timeout must be positive")
 		return exitUsage
 	}
 	plog := server.NewLogger(stderr)
@@ -193,6 +199,7 @@ func cmdServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	srv, err := server.New(ctx, exec, src, server.Options{
 		Token: token, MaxConcurrency: mc, QueueSize: *queue, PerToolConcurrency: *perTool,
 		DrainTimeout: *drain, EnvCheckWarn: *envCheck == "warn", Log: plog,
+		BodyBudget: *bodyMB << 20, BodyTimeout: *bodyTimeout,
 	})
 	if err != nil && ctx.Err() != nil {
 		plog.Info("stopped", "during", "boot")
