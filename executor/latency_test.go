@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/executor"
-	"github.com/sandboxd/sandboxd/internal/fuel"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
 
@@ -23,7 +22,7 @@ type latGuest struct {
 	fx    string // fixture
 	memMB int
 	input string
-	bulk  bool // relies on the pass charging bulk memory operations
+	bulk  bool // a bulk memory operation (the pass charges it, not a host function)
 	// budget is the cpuMs budget and the deadline in ms (0: 20). The 60 MiB
 	// guests get 100: setting up a fresh 60 MiB instance (the pool's, or
 	// the call's own when the pool is empty) takes tens of ms on a busy
@@ -48,11 +47,6 @@ var latGuests = []latGuest{
 	{name: "log 64 KiB loop", fx: "lat_log", memMB: 16, input: `{}`},
 	{name: "fd_write 1 MiB loop", fx: "lat_fd_write", memMB: 16, input: `{}`},
 }
-
-// bulkCharged reports whether the fuel pass charges memory.fill/copy by
-// their size (pass version 5): before it, a bulk-memory loop runs for
-// minutes past any budget, so its latency cannot be measured in a test.
-func bulkCharged() bool { return fuel.Version >= 5 }
 
 // stopSample is how long after its budget or deadline one call returned.
 type stopSample struct {
@@ -180,11 +174,6 @@ func TestInterruptLatency(t *testing.T) {
 	e := newExecutor(t)
 	var table []string
 	for _, g := range latGuests {
-		if g.bulk && !bulkCharged() {
-			t.Logf("%s: skipped: the fuel pass (version %d) does not charge bulk memory operations yet", g.name, fuel.Version)
-			table = append(table, fmt.Sprintf("| %s | — | not measured: pass version %d does not chunk bulk ops | | |", g.name, fuel.Version))
-			continue
-		}
 		budget := cmp.Or(g.budget, 20)
 		cpuTool := load(t, e, g.fx, withLimits(g.memMB, budget))
 		cpu := measureRobust(t, cpuTool, g, n, budget, 0, toolerr.LimitsExceeded)
@@ -225,9 +214,6 @@ func f01Check(t *testing.T, g latGuest) {
 // F01: a memory.fill of 60 MiB per loop iteration ran 316 s against cpuMs
 // 200 and a 2 s deadline (one fuel unit per fill, a check per 2^20 units).
 func TestF01FillLoop(t *testing.T) {
-	if !bulkCharged() {
-		t.Skipf("the fuel pass (version %d) does not charge bulk memory operations yet (version 5 does): the guest would run for minutes", fuel.Version)
-	}
 	f01Check(t, latGuests[slices.IndexFunc(latGuests, func(g latGuest) bool { return g.fx == "lat_fill" })])
 	f01Check(t, latGuests[slices.IndexFunc(latGuests, func(g latGuest) bool { return g.fx == "lat_copy" })])
 }
