@@ -329,7 +329,7 @@ func TestF11HTTPToolBodyMemory(t *testing.T) {
 	runtime.GC()
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
-	res, err := tool.Invoke(context.Background(), executor.Request{Input: []byte(`{"n":"30000000"}`), Context: executor.CallContext{TenantID: "t", RunID: "r"}})
+	_, err := tool.Invoke(context.Background(), executor.Request{Input: []byte(`{"n":"30000000"}`), Context: executor.CallContext{TenantID: "t", RunID: "r"}})
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
 	te := wantCode(t, err, toolerr.LimitsExceeded)
@@ -342,7 +342,7 @@ func TestF11HTTPToolBodyMemory(t *testing.T) {
 		t.Fatalf("the host allocated %.1f MiB for a memMB 16 call", allocMB)
 	}
 	// 5 MB fits in 16 (buffer growth charged: 8 MiB + the old 4 MiB).
-	res, err = tool.Invoke(context.Background(), executor.Request{Input: []byte(`{"n":"5000000"}`), Context: executor.CallContext{TenantID: "t", RunID: "r"}})
+	res, err := tool.Invoke(context.Background(), executor.Request{Input: []byte(`{"n":"5000000"}`), Context: executor.CallContext{TenantID: "t", RunID: "r"}})
 	if err != nil {
 		t.Fatal(err)
 	}

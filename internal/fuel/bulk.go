@@ -206,8 +206,6 @@ type helpers struct {
 	keys                    []helperKey
 	types                   []string // signature of each helper (params + "/" + results)
 	bodies                  []Func   // each helper's body
-	typeIndex               func(sig string) (uint32, error)
-	err                     error
 	memoryGrows, tableGrows int
 }
 
