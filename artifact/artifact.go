@@ -21,7 +21,7 @@ const (
 // DefaultMaxModuleSize caps the size of a module read from any source.
 const DefaultMaxModuleSize = 256 << 20
 
-// Ref is a codeArtifactRef (DESIGN.md "OCI artifacts").
+// Ref is a codeArtifactRef (docs/DESIGN.md "OCI artifacts").
 type Ref struct {
 	Kind            string
 	ImageRef        string

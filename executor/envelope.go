@@ -6,7 +6,7 @@ import (
 	"github.com/sandboxd/sandboxd/toolerr"
 )
 
-// NativeResult is the native success envelope (DESIGN.md "Errors").
+// NativeResult is the native success envelope (docs/DESIGN.md "Errors").
 type NativeResult struct {
 	V      int             `json:"v"`
 	Kind   string          `json:"kind"`

@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 )
 
-// Phase is a tool-call lifecycle phase (DESIGN.md "Canonical tool-call
+// Phase is a tool-call lifecycle phase (docs/DESIGN.md "Canonical tool-call
 // events"): pending → in_progress → completed | failed.
 type Phase string
 

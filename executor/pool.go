@@ -280,7 +280,7 @@ func (t *Tool) takeInstance(key needsKey) *instance {
 
 // Posture none keeps warm instances: an instance that served a call cleanly
 // serves later calls, and what its guest kept in memory, globals, tables and
-// WASI state persists from one call to the next (DESIGN.md: "state may
+// WASI state persists from one call to the next (docs/DESIGN.md: "state may
 // persist"). What the host gives an instance is per call, and an instance
 // is only ever reused for calls that would give it the same: its WASI
 // environment is the declared env of the call it was made for, and the

@@ -14,7 +14,7 @@ import (
 )
 
 // Manifest is a parsed tool manifest (Kindgi tool schema 1.1.0, see
-// ../shared/spec/kindgi-tool.schema.json). Fields mirror the document; a
+// spec/kindgi-tool.schema.json). Fields mirror the document; a
 // pointer or slice field is nil and a string field "" when the document
 // lacks it. A Manifest returned by Parse has passed the tool schema.
 // Callers must not modify it while it is shared.
@@ -46,7 +46,7 @@ type Manifest struct {
 	Raw json.RawMessage
 }
 
-// Posture is a tool's sandbox posture (DESIGN.md "Sandbox posture").
+// Posture is a tool's sandbox posture (docs/DESIGN.md "Sandbox posture").
 type Posture string
 
 // The postures of the manifest's sandbox field.

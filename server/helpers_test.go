@@ -34,12 +34,11 @@ var (
 )
 
 // protocolSchema returns the pack-protocol schema's response and info
-// definitions (testdata holds a verbatim copy of
-// ../shared/spec/kindgi-pack-protocol.schema.json).
+// definitions (the vendored spec/kindgi-pack-protocol.schema.json).
 func protocolSchema(t testing.TB, def string) *jsonschema.Schema {
 	t.Helper()
 	schemaOnce.Do(func() {
-		f, err := os.Open("testdata/kindgi-pack-protocol.schema.json")
+		f, err := os.Open("../spec/kindgi-pack-protocol.schema.json")
 		if err != nil {
 			schemaErr = err
 			return

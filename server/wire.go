@@ -16,7 +16,7 @@ import (
 const ProtocolVersion = 2
 
 // WireCode is one of the 14 codes of the pack protocol's closed errorCode
-// enum (the wire face of DESIGN.md "Errors").
+// enum (the wire face of docs/DESIGN.md "Errors").
 type WireCode string
 
 // The wire codes.

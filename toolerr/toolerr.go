@@ -1,5 +1,5 @@
 // Package toolerr owns sandboxd's error taxonomy: the native error codes of
-// DESIGN.md ("Errors"), the typed error that carries them, and Ajv-shaped
+// docs/DESIGN.md ("Errors"), the typed error that carries them, and Ajv-shaped
 // validation issues.
 //
 // Every failure sandboxd reports to a caller is an *Error whose Code is one of
@@ -15,7 +15,7 @@ import (
 	"fmt"
 )
 
-// Code is a native sandboxd error code (kebab-case, DESIGN.md "Errors").
+// Code is a native sandboxd error code (kebab-case, docs/DESIGN.md "Errors").
 // A Code is itself an error, so it can be used as an errors.Is target.
 type Code string
 
@@ -46,7 +46,7 @@ const (
 	Internal                Code = "internal-error"
 )
 
-// Codes lists every native code, in DESIGN.md order.
+// Codes lists every native code, in docs/DESIGN.md order.
 var Codes = []Code{
 	InvalidToolDefinition, InputValidationFailed, OutputValidationFailed,
 	HandlerError, HandlerTrap, HandlerShapeInvalid, LimitsExceeded,
@@ -140,7 +140,7 @@ const (
 	LimitMemMB Limit = "memMB"
 	LimitCPUMs Limit = "cpuMs"
 	// LimitFuel is a deterministic instruction budget (executor
-	// Config.WithFuelBudget), an addition to DESIGN.md's two limits.
+	// Config.WithFuelBudget), an addition to docs/DESIGN.md's two limits.
 	LimitFuel Limit = "fuel"
 )
 

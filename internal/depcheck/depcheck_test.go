@@ -1,4 +1,4 @@
-// Package depcheck guards the dependency directions of DESIGN.md "Layout":
+// Package depcheck guards the dependency directions of docs/DESIGN.md "Layout":
 // cmd → server/conformance → executor → artifact, limits, egress, abi,
 // manifest; nothing imports cmd, and the leaf packages never import the
 // executor.

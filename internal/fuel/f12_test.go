@@ -14,7 +14,7 @@ import (
 )
 
 // Hand-built modules for the decoder-agreement tests (F12). The bytes follow
-// ../shared/redteam/F12-hidden-loop/gen.py and gen_tableset.py.
+// the red-team reproducers of finding F12 (a generator script for each).
 
 func wvec(items ...[]byte) []byte {
 	out := appendULEB(nil, uint64(len(items)))
