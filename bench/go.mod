@@ -6,6 +6,7 @@ replace github.com/sandboxd/sandboxd => ../
 
 require (
 	github.com/extism/go-sdk v1.7.1
+	github.com/google/go-containerregistry v0.22.1
 	github.com/sandboxd/sandboxd v0.0.0-00010101000000-000000000000
 	github.com/tetratelabs/wazero v1.12.0
 )
@@ -15,7 +16,6 @@ require (
 	github.com/docker/docker-credential-helpers v0.9.3 // indirect
 	github.com/dylibso/observe-sdk/go v0.0.0-20240819160327-2d926c5d788a // indirect
 	github.com/gobwas/glob v0.2.3 // indirect
-	github.com/google/go-containerregistry v0.22.1 // indirect
 	github.com/ianlancetaylor/demangle v0.0.0-20240805132620-81f5be970eca // indirect
 	github.com/klauspost/compress v1.19.2 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
