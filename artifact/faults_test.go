@@ -139,8 +139,11 @@ func TestFaults(t *testing.T) {
 		if m.Digest != a.Layers[0].Digest {
 			t.Fatal("wrong module")
 		}
-		if n := f.Count(http.MethodGet, "/blobs/"); n != 3 {
-			t.Fatalf("%d blob GETs, want 3 (two 500s, then success)", n)
+		if n := f.Count(http.MethodGet, "/blobs/"+a.Layers[0].Digest); n != 1 {
+			t.Fatalf("%d GETs of the layer, want 1 (the config took the two 500s)", n)
+		}
+		if n := f.Count(http.MethodGet, "/blobs/"); n != 4 {
+			t.Fatalf("%d blob GETs, want 4 (two 500s, then the config and the layer)", n)
 		}
 		f.FailNext(1, http.StatusTooManyRequests, "/manifests/")
 		if _, err := newOCI(t, host, nil).Inspect(ctxT(t), host+"/a/b:1"); err != nil {
@@ -171,14 +174,16 @@ func TestFaults(t *testing.T) {
 		if !strings.Contains(te.Message, "2026.1") || !strings.Contains(te.Message, "2026.2") {
 			t.Fatalf("message must name both versions: %q", te.Message)
 		}
-		// An artifact without the annotation fails too.
+		// An artifact without any version is refused as what it is.
 		cfg := []byte(`{}`)
 		putBlob(t, host, "a/c", cfg)
 		putBlob(t, host, "a/c", echo)
 		putManifest(t, host, "a/c", "1", "application/vnd.oci.image.manifest.v1+json",
 			manifestJSON(blobDesc(artifact.MediaTypeWasmConfig, cfg, ""), []desc{blobDesc(artifact.MediaTypeWasmLayer, echo, "m.wasm")}, ""))
 		_, err = newOCI(t, host, nil).Resolve(ctxT(t), ociRef(host+"/a/c:1", "m.wasm", "2026.2"))
-		wantCode(t, err, toolerr.ArtifactIntegrityFailed)
+		if te := wantCode(t, err, toolerr.ArtifactRefused); !strings.Contains(te.Message, "carries no version") {
+			t.Fatalf("message %q", te.Message)
+		}
 	})
 
 	t.Run("unknown media types", func(t *testing.T) {
@@ -250,8 +255,8 @@ func TestFaults(t *testing.T) {
 		wantCode(t, err, toolerr.ArtifactRefused)
 		_, err = o.Pull(ctxT(t), host+"/a/b:1")
 		wantCode(t, err, toolerr.ArtifactRefused)
-		if n := f.Count(http.MethodGet, "/blobs/"); n != 0 {
-			t.Fatalf("%d blob GETs: a 10 GB layer must not be requested", n)
+		if n := f.Count(http.MethodGet, "/blobs/"+huge.Digest); n != 0 {
+			t.Fatalf("%d GETs of the 10 GB layer: it must not be requested", n)
 		}
 		// A small descriptor whose blob the registry claims is 10 GB.
 		small := []byte("\x00asm\x01\x00\x00\x00")

@@ -10,6 +10,8 @@ const (
 	MediaTypeWasmLayer = "application/wasm"
 	// MediaTypeWasmContentLayer is the older wasm-to-oci layer type, accepted on read.
 	MediaTypeWasmContentLayer = "application/vnd.wasm.content.layer.v1+wasm"
+	// MediaTypeWasmConfigV1 is the config wasm-to-oci writes, accepted on read.
+	MediaTypeWasmConfigV1 = "application/vnd.wasm.config.v1+json"
 
 	// AnnotationTitle names a layer's file: the modulePath it provides.
 	AnnotationTitle = "org.opencontainers.image.title"
@@ -31,6 +33,8 @@ const (
 	mediaTypeOCILayerGzip     = "application/vnd.oci.image.layer.v1.tar+gzip"
 	mediaTypeOCILayerNDGzip   = "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip"
 	mediaTypeOCILayerND       = "application/vnd.oci.image.layer.nondistributable.v1.tar"
+	mediaTypeOCILayerZstd     = "application/vnd.oci.image.layer.v1.tar+zstd"
+	mediaTypeOCILayerNDZstd   = "application/vnd.oci.image.layer.nondistributable.v1.tar+zstd"
 	mediaTypeDockerLayer      = "application/vnd.docker.image.rootfs.diff.tar.gzip"
 	mediaTypeDockerLayerPlain = "application/vnd.docker.image.rootfs.diff.tar"
 )
@@ -42,15 +46,31 @@ func isWasmLayer(mt string) bool {
 	return mt == MediaTypeWasmLayer || mt == MediaTypeWasmContentLayer
 }
 
-// tarLayer reports whether mt is a tar layer and whether it is gzipped.
-func tarLayer(mt string) (isTar, gzipped bool) {
+// Compressions of tar layers.
+const (
+	compNone = ""
+	compGzip = "gzip"
+	compZstd = "zstd"
+)
+
+// tarLayer reports whether mt is a tar layer and how it is compressed.
+func tarLayer(mt string) (isTar bool, compression string) {
 	switch mt {
 	case mediaTypeOCILayer, mediaTypeOCILayerND, mediaTypeDockerLayerPlain:
-		return true, false
+		return true, compNone
 	case mediaTypeOCILayerGzip, mediaTypeOCILayerNDGzip, mediaTypeDockerLayer:
-		return true, true
+		return true, compGzip
+	case mediaTypeOCILayerZstd, mediaTypeOCILayerNDZstd:
+		return true, compZstd
 	}
-	return false, false
+	return false, compNone
+}
+
+// isWasmConfig reports whether mt is the config of a Wasm-layout artifact:
+// the CNCF config, wasm-to-oci's, or the OCI empty config (ORAS 1.1
+// artifacts, which name the layout in artifactType instead).
+func isWasmConfig(mt string) bool {
+	return mt == MediaTypeWasmConfig || mt == MediaTypeWasmConfigV1 || mt == mediaTypeOCIEmpty
 }
 
 func isIndex(mt string) bool { return mt == mediaTypeOCIIndex || mt == mediaTypeDockerList }

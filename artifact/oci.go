@@ -20,6 +20,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/klauspost/compress/zstd"
 
 	"github.com/sandboxd/sandboxd/toolerr"
 )
@@ -34,6 +35,9 @@ const (
 	DefaultTagTTL = 30 * time.Second
 	// maxUnpacked caps the bytes of a tar layer scanned for a module.
 	maxUnpacked = 4 << 30
+	// maxZstdWindow caps the memory a zstd layer's decoder may ask for
+	// (zstd -19 uses 8 MiB, --long=27 128 MiB).
+	maxZstdWindow = 128 << 20
 )
 
 // OCIConfig holds an OCI resolver's long-lived settings. It is immutable:
@@ -260,8 +264,14 @@ type Artifact struct {
 	ConfigMediaType string `json:"configMediaType"`
 	// Layout is LayoutWasm or LayoutImage.
 	Layout string `json:"layout"`
-	// Version is the org.opencontainers.image.version annotation ("" if absent).
-	Version string `json:"version,omitempty"`
+	// Version is the artifact's org.opencontainers.image.version: the
+	// manifest annotation, else the index's, else the image config label
+	// ("" if none has it). VersionFrom says which.
+	Version     string `json:"version,omitempty"`
+	VersionFrom string `json:"versionFrom,omitempty"`
+	// Architecture and OS are the config's ("" when it has none).
+	Architecture string `json:"architecture,omitempty"`
+	OS           string `json:"os,omitempty"`
 	// Size is the manifest, config and layer bytes together.
 	Size int64 `json:"size"`
 	// Index is the digest of the image index the manifest was chosen from.
@@ -301,7 +311,7 @@ type opened struct {
 }
 
 // open fetches and validates the image manifest ref names, following an
-// index to the one manifest it should use.
+// index to the one manifest it should use, and reads and checks its config.
 func (o *OCI) open(ctx context.Context, r *imageRef) (*opened, error) {
 	src, err := o.source(r)
 	if err != nil {
@@ -327,7 +337,7 @@ func (o *OCI) open(ctx context.Context, r *imageRef) (*opened, error) {
 	var indexDigest string
 	var indexAnn map[string]string
 	if isIndex(doc.MediaType) {
-		child, err := pickManifest(&doc, r)
+		child, err := o.pickManifest(ctx, src, &doc, r)
 		if err != nil {
 			return nil, err
 		}
@@ -343,11 +353,8 @@ func (o *OCI) open(ctx context.Context, r *imageRef) (*opened, error) {
 			return nil, toolerr.New(toolerr.ArtifactRefused, "%s: nested image indexes are not supported", r)
 		}
 	}
-	if !isImageManifest(doc.MediaType) {
-		return nil, toolerr.New(toolerr.ArtifactRefused, "%s: unknown manifest media type %q", r, doc.MediaType)
-	}
-	if doc.Config == nil {
-		return nil, toolerr.New(toolerr.ArtifactRefused, "%s: manifest %s has no config", r, d)
+	if err := checkImageManifest(&doc, r, d); err != nil {
+		return nil, err
 	}
 	art := Artifact{
 		Ref:             r.canonical(d),
@@ -355,37 +362,123 @@ func (o *OCI) open(ctx context.Context, r *imageRef) (*opened, error) {
 		MediaType:       doc.MediaType,
 		ArtifactType:    doc.ArtifactType,
 		ConfigMediaType: doc.Config.MediaType,
-		Version:         doc.Annotations[AnnotationVersion],
 		Index:           indexDigest,
 		Size:            int64(len(raw)) + doc.Config.Size,
 	}
-	if art.Version == "" {
-		art.Version = indexAnn[AnnotationVersion]
-	}
-	switch doc.Config.MediaType {
-	case MediaTypeWasmConfig, mediaTypeOCIEmpty:
+	switch {
+	case isWasmConfig(doc.Config.MediaType):
 		art.Layout = LayoutWasm
-	case mediaTypeOCIConfig, mediaTypeDockerConfig:
+	case doc.Config.MediaType == mediaTypeOCIConfig || doc.Config.MediaType == mediaTypeDockerConfig:
 		art.Layout = LayoutImage
 	default:
-		return nil, toolerr.New(toolerr.ArtifactRefused, "%s: unknown config media type %q (want %s or an image config)", r, doc.Config.MediaType, MediaTypeWasmConfig)
-	}
-	for _, l := range append([]descriptor{*doc.Config}, doc.Layers...) {
-		if err := checkDigest(l.Digest); err != nil {
-			return nil, toolerr.Wrap(toolerr.ArtifactRefused, err, fmt.Sprintf("%s: manifest %s", r, d))
-		}
-		if l.Size < 0 {
-			return nil, toolerr.New(toolerr.ArtifactRefused, "%s: descriptor %s has a negative size", r, l.Digest)
-		}
-	}
-	if doc.Config.Size > MaxManifestSize {
-		return nil, toolerr.New(toolerr.ArtifactRefused, "%s: config %s is %d bytes, over the %d-byte cap", r, doc.Config.Digest, doc.Config.Size, MaxManifestSize)
+		return nil, toolerr.New(toolerr.ArtifactRefused, "%s: unknown config media type %q (want %s, %s or an image config)", r, doc.Config.MediaType, MediaTypeWasmConfig, MediaTypeWasmConfigV1)
 	}
 	for _, l := range doc.Layers {
 		art.Layers = append(art.Layers, Layer{MediaType: l.MediaType, Digest: l.Digest, Size: l.Size, Title: l.Annotations[AnnotationTitle]})
 		art.Size += l.Size
 	}
+	cfg, err := o.readConfig(ctx, src, *doc.Config, r)
+	if err != nil {
+		return nil, err
+	}
+	art.Architecture, art.OS = cfg.Architecture, cfg.OS
+	if art.Layout == LayoutWasm {
+		if err := checkWasmPlatform(cfg, r, d); err != nil {
+			return nil, err
+		}
+	}
+	// The version rule: the manifest's annotation, else the index's, else
+	// the image config's label (docker build --label, crane mutate --label).
+	for _, c := range []struct{ v, from string }{
+		{doc.Annotations[AnnotationVersion], VersionFromManifest},
+		{indexAnn[AnnotationVersion], VersionFromIndex},
+		{cfg.Config.Labels[AnnotationVersion], VersionFromLabel},
+	} {
+		if c.v != "" {
+			art.Version, art.VersionFrom = c.v, c.from
+			break
+		}
+	}
 	return &opened{src: src, ref: r, raw: raw, doc: doc, art: art}, nil
+}
+
+// Where an Artifact's Version was found.
+const (
+	VersionFromManifest = "manifest annotation"
+	VersionFromIndex    = "index annotation"
+	VersionFromLabel    = "config label"
+)
+
+// checkImageManifest checks what open relies on in an image manifest d:
+// its media type, a config, sha256 digests and sizes, the config's cap.
+func checkImageManifest(doc *manifestDoc, r *imageRef, d string) error {
+	if !isImageManifest(doc.MediaType) {
+		return toolerr.New(toolerr.ArtifactRefused, "%s: unknown manifest media type %q", r, doc.MediaType)
+	}
+	if doc.Config == nil {
+		return toolerr.New(toolerr.ArtifactRefused, "%s: manifest %s has no config", r, d)
+	}
+	for _, l := range append([]descriptor{*doc.Config}, doc.Layers...) {
+		if err := checkDigest(l.Digest); err != nil {
+			return toolerr.Wrap(toolerr.ArtifactRefused, err, fmt.Sprintf("%s: manifest %s", r, d))
+		}
+		if l.Size < 0 {
+			return toolerr.New(toolerr.ArtifactRefused, "%s: descriptor %s has a negative size", r, l.Digest)
+		}
+	}
+	if doc.Config.Size > MaxManifestSize {
+		return toolerr.New(toolerr.ArtifactRefused, "%s: config %s is %d bytes, over the %d-byte cap", r, doc.Config.Digest, doc.Config.Size, MaxManifestSize)
+	}
+	return nil
+}
+
+// configDoc is what sandboxd reads of a config: the CNCF Wasm config's
+// architecture, os and component, an image config's labels.
+type configDoc struct {
+	Architecture string          `json:"architecture"`
+	OS           string          `json:"os"`
+	Component    json.RawMessage `json:"component,omitempty"`
+	Config       struct {
+		Labels map[string]string `json:"Labels"`
+	} `json:"config"`
+}
+
+// readConfig fetches (or reads from the cache) the config blob, verified,
+// and parses it. The OCI empty config is not fetched.
+func (o *OCI) readConfig(ctx context.Context, src source, cd descriptor, r *imageRef) (*configDoc, error) {
+	var cfg configDoc
+	if cd.MediaType == mediaTypeOCIEmpty {
+		return &cfg, nil
+	}
+	b, err := o.readBlob(ctx, src, cd)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		return nil, toolerr.New(toolerr.ArtifactRefused, "%s: config %s (%s) is not a JSON object", r, cd.Digest, cd.MediaType)
+	}
+	return &cfg, nil
+}
+
+// checkWasmPlatform refuses a Wasm-layout artifact whose config names
+// another architecture, a component (os wasip2, or a component section)
+// or an unknown os. Absent fields (wasm-to-oci's config is {}) pass.
+func checkWasmPlatform(cfg *configDoc, r *imageRef, d string) error {
+	if cfg.Architecture != "" && cfg.Architecture != "wasm" {
+		return toolerr.New(toolerr.ArtifactRefused, "%s: config of %s says architecture %q, want wasm", r, d, cfg.Architecture)
+	}
+	if cfg.OS == "wasip2" || len(cfg.Component) > 0 && string(cfg.Component) != "null" {
+		return componentRefusal(r, d)
+	}
+	switch cfg.OS {
+	case "", "wasip1", "wasi":
+		return nil
+	}
+	return toolerr.New(toolerr.ArtifactRefused, "%s: config of %s says os %q; sandboxd runs wasip1 modules", r, d, cfg.OS)
+}
+
+func componentRefusal(r *imageRef, d string) error {
+	return toolerr.New(toolerr.ArtifactRefused, "%s: %s is a WebAssembly component (wasip2); sandboxd runs core modules (wasip1): push a wasip1 build of the handler", r, d)
 }
 
 func parseManifest(raw []byte, d string) (manifestDoc, error) {
@@ -407,34 +500,105 @@ func parseManifest(raw []byte, d string) (manifestDoc, error) {
 	return doc, nil
 }
 
-// pickManifest chooses the manifest of an index: the only one, or the one
-// for a Wasm platform (wasip1, wasip2, wasi / wasm).
-func pickManifest(idx *manifestDoc, r *imageRef) (descriptor, error) {
+// Ranks of an index entry, best first.
+const (
+	rankWasip1    = iota // platform or config: wasm/wasip1
+	rankWasm             // wasm with os wasi or none given
+	rankOther            // another platform (an image whose files are read)
+	rankComponent        // wasm/wasip2: a component, refused
+)
+
+// pickManifest chooses the manifest of an index. An entry's platform comes
+// from its descriptor, or, when the descriptor has none (ORAS's `manifest
+// index create` writes only artifactType), from its manifest's config. The
+// first wasm/wasip1 entry wins, then wasm with os wasi or none, then (when
+// it is the only one) another platform; wasm/wasip2 entries are
+// components and are refused.
+func (o *OCI) pickManifest(ctx context.Context, src source, idx *manifestDoc, r *imageRef) (descriptor, error) {
 	var cands []descriptor
 	for _, m := range idx.Manifests {
 		if !isImageManifest(m.MediaType) {
 			continue
 		}
-		cands = append(cands, m)
-	}
-	pick := func(m descriptor) (descriptor, error) {
 		if err := checkDigest(m.Digest); err != nil {
 			return m, toolerr.Wrap(toolerr.ArtifactRefused, err, r.String())
 		}
-		return m, nil
+		cands = append(cands, m)
 	}
-	if len(cands) == 1 {
-		return pick(cands[0])
+	switch len(cands) {
+	case 0:
+		return descriptor{}, toolerr.New(toolerr.ArtifactRefused, "%s: the image index lists no image manifest", r)
+	case 1:
+		return cands[0], nil
 	}
-	for _, m := range cands {
-		if p := m.Platform; p != nil && p.Architecture == "wasm" {
-			return pick(m)
+	best, bestRank, others := -1, rankComponent+1, 0
+	var components []string
+	for i, m := range cands {
+		rank, err := o.rankEntry(ctx, src, m)
+		if err != nil {
+			return descriptor{}, err
+		}
+		switch rank {
+		case rankComponent:
+			components = append(components, m.Digest)
+			continue
+		case rankOther:
+			others++
+		}
+		if rank < bestRank {
+			best, bestRank = i, rank
 		}
 	}
-	if len(cands) == 0 {
-		return descriptor{}, toolerr.New(toolerr.ArtifactRefused, "%s: the image index lists no image manifest", r)
+	switch {
+	case best >= 0 && (bestRank != rankOther || others == 1):
+		return cands[best], nil
+	case best < 0 && len(components) > 0:
+		return descriptor{}, toolerr.New(toolerr.ArtifactRefused, "%s: the image index offers only WebAssembly components (wasm/wasip2: %s); sandboxd runs core modules (wasip1): add a wasip1 build to the index", r, strings.Join(components, ", "))
 	}
 	return descriptor{}, toolerr.New(toolerr.ArtifactRefused, "%s: the image index lists %d manifests and none for the wasm platform; pin one by digest", r, len(cands))
+}
+
+func rankPlatform(arch, os string) int {
+	switch {
+	case arch == "wasm" && os == "wasip1":
+		return rankWasip1
+	case arch == "wasm" && os == "wasip2":
+		return rankComponent
+	case arch == "wasm" && (os == "" || os == "wasi"):
+		return rankWasm
+	}
+	return rankOther
+}
+
+// rankEntry ranks one index entry by its platform, reading its manifest
+// and config when the descriptor carries no platform.
+func (o *OCI) rankEntry(ctx context.Context, src source, m descriptor) (int, error) {
+	if p := m.Platform; p != nil {
+		return rankPlatform(p.Architecture, p.OS), nil
+	}
+	raw, err := src.manifest(ctx, m.Digest, m.Size)
+	if err != nil {
+		return 0, err
+	}
+	doc, err := parseManifest(raw, m.Digest)
+	if err != nil {
+		return 0, err
+	}
+	if doc.Config == nil || checkDigest(doc.Config.Digest) != nil || doc.Config.Size > MaxManifestSize || doc.Config.Size < 0 {
+		return rankOther, nil
+	}
+	wasmType := isWasmConfig(doc.Config.MediaType) || strings.HasPrefix(doc.ArtifactType, "application/vnd.wasm.") || strings.HasPrefix(m.ArtifactType, "application/vnd.wasm.")
+	cfg, err := o.readConfig(ctx, src, *doc.Config, &imageRef{raw: m.Digest})
+	if err != nil {
+		return 0, err
+	}
+	if wasmType && cfg.Architecture == "" {
+		cfg.Architecture = "wasm"
+	}
+	if cfg.Architecture == "wasm" && len(cfg.Component) > 0 && string(cfg.Component) != "null" {
+		return rankComponent, nil
+	}
+	return rankPlatform(cfg.Architecture, cfg.OS), nil
 }
 
 // Resolve implements Resolver for oci refs: it fetches (or finds in the
@@ -459,20 +623,32 @@ func (o *OCI) Resolve(ctx context.Context, ref Ref) (*Module, error) {
 	if err != nil {
 		return nil, err
 	}
-	if ref.ArtifactVersion != "" && op.art.Version != ref.ArtifactVersion {
-		got := fmt.Sprintf("%q", op.art.Version)
-		if op.art.Version == "" {
-			got = "absent"
-		}
-		e := toolerr.New(toolerr.ArtifactIntegrityFailed, "%s: artifactVersion %q does not match the manifest's %s annotation (%s)", r, ref.ArtifactVersion, AnnotationVersion, got)
-		e.Details = map[string]any{"artifactVersion": ref.ArtifactVersion, "manifestVersion": op.art.Version, "digest": op.art.Digest}
-		return nil, e
+	if err := checkVersion(op, ref.ArtifactVersion); err != nil {
+		return nil, err
 	}
 	b, d, err := o.module(ctx, op, ref.ModulePath)
 	if err != nil {
 		return nil, err
 	}
 	return &Module{Bytes: b, Digest: d, Source: op.art.Ref + "#" + ref.ModulePath}, nil
+}
+
+// checkVersion compares a ref's artifactVersion with the artifact's
+// version (see open for where it is looked for). A mismatch is
+// artifact-integrity-failed; an artifact with no version at all is
+// artifact-refused: it cannot satisfy a versioned ref.
+func checkVersion(op *opened, want string) error {
+	if want == "" || op.art.Version == want {
+		return nil
+	}
+	if op.art.Version == "" {
+		e := toolerr.New(toolerr.ArtifactRefused, "%s carries no version, so artifactVersion %q cannot be checked: none of the manifest annotation, the index annotation or the image config label %s is set (push with --annotation %s=%s, or crane mutate --label)", op.ref, want, AnnotationVersion, AnnotationVersion, want)
+		e.Details = map[string]any{"artifactVersion": want, "digest": op.art.Digest}
+		return e
+	}
+	e := toolerr.New(toolerr.ArtifactIntegrityFailed, "%s: artifactVersion %q does not match the artifact's version %q (from its %s %s)", op.ref, want, op.art.Version, op.art.VersionFrom, AnnotationVersion)
+	e.Details = map[string]any{"artifactVersion": want, "manifestVersion": op.art.Version, "versionFrom": op.art.VersionFrom, "digest": op.art.Digest}
+	return e
 }
 
 func cleanPath(p string) string {
@@ -483,32 +659,70 @@ func cleanPath(p string) string {
 func (o *OCI) module(ctx context.Context, op *opened, modulePath string) ([]byte, string, error) {
 	want := cleanPath(modulePath)
 	if op.art.Layout == LayoutWasm {
-		var found *descriptor
-		var titles []string
-		for i, l := range op.doc.Layers {
-			t := l.Annotations[AnnotationTitle]
-			if t == "" {
-				continue
-			}
-			titles = append(titles, t)
-			if cleanPath(t) != want {
-				continue
-			}
-			if found != nil {
-				return nil, "", toolerr.New(toolerr.ArtifactRefused, "%s: two layers are titled %q", op.ref, t)
-			}
-			found = &op.doc.Layers[i]
-		}
-		if found == nil {
-			return nil, "", toolerr.New(toolerr.ArtifactUnavailable, "%s has no module %q (its layers are titled: %s)", op.ref, modulePath, strings.Join(titles, ", "))
-		}
-		if !isWasmLayer(found.MediaType) {
-			return nil, "", toolerr.New(toolerr.ArtifactRefused, "%s: layer %q has media type %q, not %s", op.ref, modulePath, found.MediaType, MediaTypeWasmLayer)
+		found, err := wasmLayer(op, modulePath, want)
+		if err != nil {
+			return nil, "", err
 		}
 		b, err := o.readBlob(ctx, op.src, *found)
+		if err == nil && isComponent(b) {
+			err = componentRefusal(op.ref, found.Digest)
+		}
 		return b, found.Digest, err
 	}
-	return o.moduleFromImage(ctx, op, modulePath, want)
+	b, d, err := o.moduleFromImage(ctx, op, modulePath, want)
+	if err == nil && isComponent(b) {
+		err = componentRefusal(op.ref, d)
+	}
+	return b, d, err
+}
+
+// wasmLayer finds the layer of a Wasm-layout artifact that modulePath
+// names: the one whose title equals it or, when the artifact has exactly
+// one Wasm layer and that layer has no title (what oci-wasm, wkg and wash
+// push), that layer whatever modulePath says.
+func wasmLayer(op *opened, modulePath, want string) (*descriptor, error) {
+	var found, untitled *descriptor
+	var titles []string
+	wasmLayers := 0
+	for i, l := range op.doc.Layers {
+		if isWasmLayer(l.MediaType) {
+			wasmLayers++
+		}
+		t := l.Annotations[AnnotationTitle]
+		if t == "" {
+			if isWasmLayer(l.MediaType) {
+				untitled = &op.doc.Layers[i]
+			}
+			continue
+		}
+		titles = append(titles, t)
+		if cleanPath(t) != want {
+			continue
+		}
+		if found != nil {
+			return nil, toolerr.New(toolerr.ArtifactRefused, "%s: two layers are titled %q", op.ref, t)
+		}
+		found = &op.doc.Layers[i]
+	}
+	if found == nil && untitled != nil && wasmLayers == 1 {
+		found = untitled
+	}
+	if found == nil {
+		if len(titles) == 0 {
+			return nil, toolerr.New(toolerr.ArtifactUnavailable, "%s has no module %q: it has %d Wasm layers and none is titled (%s)", op.ref, modulePath, wasmLayers, AnnotationTitle)
+		}
+		return nil, toolerr.New(toolerr.ArtifactUnavailable, "%s has no module %q (its layers are titled: %s)", op.ref, modulePath, strings.Join(titles, ", "))
+	}
+	if !isWasmLayer(found.MediaType) {
+		return nil, toolerr.New(toolerr.ArtifactRefused, "%s: layer %q has media type %q, not %s", op.ref, modulePath, found.MediaType, MediaTypeWasmLayer)
+	}
+	return found, nil
+}
+
+// isComponent reports whether b is a WebAssembly component binary (the
+// component model's preamble: version 0x0d, layer 1) rather than a module.
+func isComponent(b []byte) bool {
+	return len(b) >= 8 && string(b[:4]) == "\x00asm" && b[4] == 0x0d && b[5] == 0 && b[6] == 1 && b[7] == 0
 }
 
 // readBlob reads a whole blob, verified, after checking its size against the cap.
@@ -563,14 +777,14 @@ func (o *OCI) moduleFromImage(ctx context.Context, op *opened, modulePath, want 
 layers:
 	for i := len(op.doc.Layers) - 1; i >= 0; i-- {
 		l := op.doc.Layers[i]
-		isTar, gz := tarLayer(l.MediaType)
+		isTar, comp := tarLayer(l.MediaType)
 		if !isTar {
 			return nil, "", toolerr.New(toolerr.ArtifactRefused, "%s: layer %s has media type %q, not a tar layer", op.ref, l.Digest, l.MediaType)
 		}
 		if l.Size > o.cfg.maxBlob {
 			return nil, "", toolerr.New(toolerr.ArtifactRefused, "%s: layer %s is %d bytes, over the %d-byte cap", op.ref, l.Digest, l.Size, o.cfg.maxBlob)
 		}
-		res, err := o.scanLayer(ctx, op.src, l, gz, want, 0)
+		res, err := o.scanLayer(ctx, op.src, l, comp, want, 0)
 		if err != nil {
 			return nil, "", err
 		}
@@ -606,7 +820,7 @@ type scanResult struct {
 
 // scanLayer reads one tar layer to its end (so its digest is verified) and
 // reports what it says about path want.
-func (o *OCI) scanLayer(ctx context.Context, src source, l descriptor, gz bool, want string, depth int) (scanResult, error) {
+func (o *OCI) scanLayer(ctx context.Context, src source, l descriptor, comp string, want string, depth int) (scanResult, error) {
 	rc, err := src.blob(ctx, l.Digest, l.Size, nil)
 	if err != nil {
 		return scanResult{}, err
@@ -621,8 +835,16 @@ func (o *OCI) scanLayer(ctx context.Context, src source, l descriptor, gz bool, 
 		return layerError(ctx, err, l)
 	}
 	var r io.Reader = rc
-	if gz {
+	switch comp {
+	case compGzip:
 		zr, err := gzip.NewReader(rc)
+		if err != nil {
+			return scanResult{}, parseErr(ctx, err, l)
+		}
+		defer zr.Close()
+		r = zr
+	case compZstd:
+		zr, err := zstd.NewReader(rc, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow), zstd.WithDecoderLowmem(true))
 		if err != nil {
 			return scanResult{}, parseErr(ctx, err, l)
 		}
@@ -691,7 +913,7 @@ func (o *OCI) scanLayer(ctx context.Context, src source, l descriptor, gz bool, 
 		if depth > 0 || link == "" || link == want {
 			return scanResult{}, toolerr.New(toolerr.ArtifactRefused, "%q in layer %s is a hard link that cannot be followed", want, l.Digest)
 		}
-		sub, err := o.scanLayer(ctx, src, l, gz, link, depth+1)
+		sub, err := o.scanLayer(ctx, src, l, comp, link, depth+1)
 		if err != nil {
 			return scanResult{}, err
 		}
@@ -703,6 +925,15 @@ func (o *OCI) scanLayer(ctx context.Context, src source, l descriptor, gz bool, 
 	return res, nil
 }
 
+func isZstdError(err error) bool {
+	for _, e := range []error{zstd.ErrMagicMismatch, zstd.ErrReservedBlockType, zstd.ErrCompressedSizeTooBig, zstd.ErrBlockTooSmall, zstd.ErrWindowSizeExceeded, zstd.ErrWindowSizeTooSmall, zstd.ErrCRCMismatch, zstd.ErrUnknownDictionary, zstd.ErrFrameSizeExceeded, zstd.ErrFrameSizeMismatch, zstd.ErrDecoderSizeExceeded} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
 func layerError(ctx context.Context, err error, l descriptor) error {
 	var te *toolerr.Error
 	if errors.As(err, &te) {
@@ -711,7 +942,7 @@ func layerError(ctx context.Context, err error, l descriptor) error {
 	if ctx.Err() != nil {
 		return toolerr.As(ctx.Err())
 	}
-	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, gzip.ErrHeader) || errors.Is(err, gzip.ErrChecksum) || errors.Is(err, tar.ErrHeader) {
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, gzip.ErrHeader) || isZstdError(err) || errors.Is(err, gzip.ErrChecksum) || errors.Is(err, tar.ErrHeader) {
 		return toolerr.Wrap(toolerr.ArtifactRefused, err, fmt.Sprintf("layer %s (%s) is not a valid archive", l.Digest, l.MediaType))
 	}
 	return toolerr.Wrap(toolerr.ArtifactUnavailable, err, "reading layer "+l.Digest)
@@ -743,6 +974,13 @@ type CallOption func(*callOptions)
 
 type callOptions struct {
 	progress func(Progress)
+	created  time.Time
+}
+
+// WithCreated sets the created time a Push writes in the artifact's config
+// (DefaultCreated when not given).
+func WithCreated(t time.Time) CallOption {
+	return func(o *callOptions) { o.created = t }
 }
 
 // WithProgress has fn called as bytes move (from the calling goroutine).

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strings"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
@@ -24,15 +26,48 @@ type PushModule struct {
 // wasmConfig is the CNCF Wasm artifact config
 // (application/vnd.wasm.config.v0+json).
 type wasmConfig struct {
+	Created      string   `json:"created"`
 	Architecture string   `json:"architecture"`
 	OS           string   `json:"os"`
 	LayerDigests []string `json:"layerDigests"`
 }
 
+// DefaultCreated is the config's created time when none is given: the Unix
+// epoch, as reproducible builds write it, so the same inputs give the same
+// digest.
+var DefaultCreated = time.Unix(0, 0).UTC()
+
 // BuildArtifact returns the blobs (by digest) and manifest of a CNCF Wasm
-// OCI artifact holding modules, annotated with version. The bytes depend
-// only on the inputs, so pushing the same modules twice gives one digest.
+// OCI artifact holding modules, annotated with version, created at
+// DefaultCreated. The bytes depend only on the inputs, so pushing the same
+// modules twice gives one digest.
 func BuildArtifact(version string, modules []PushModule) (blobs map[string][]byte, manifest []byte, err error) {
+	return buildArtifact(version, DefaultCreated, modules)
+}
+
+// CheckTitle refuses a module title that is not a safe relative path
+// (clients such as ORAS write layers to files named by their title):
+// empty, absolute, with a ".." element, a backslash or a control character.
+func CheckTitle(title string) error {
+	switch {
+	case title == "":
+		return toolerr.New(toolerr.ArtifactRefused, "a module has no title")
+	case strings.HasPrefix(title, "/"):
+		return toolerr.New(toolerr.ArtifactRefused, "module title %q is an absolute path; titles are relative paths (the modulePath)", title)
+	case strings.ContainsAny(title, "\\"):
+		return toolerr.New(toolerr.ArtifactRefused, "module title %q contains a backslash", title)
+	case strings.IndexFunc(title, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0:
+		return toolerr.New(toolerr.ArtifactRefused, "module title %q contains a control character", title)
+	}
+	for _, el := range strings.Split(title, "/") {
+		if el == ".." {
+			return toolerr.New(toolerr.ArtifactRefused, "module title %q leaves its directory (a \"..\" element); pullers refuse it as path traversal", title)
+		}
+	}
+	return nil
+}
+
+func buildArtifact(version string, created time.Time, modules []PushModule) (blobs map[string][]byte, manifest []byte, err error) {
 	if version == "" {
 		return nil, nil, toolerr.New(toolerr.ArtifactRefused, "an artifact needs a version (org.opencontainers.image.version)")
 	}
@@ -47,10 +82,11 @@ func BuildArtifact(version string, modules []PushModule) (blobs map[string][]byt
 		Annotations:   map[string]string{AnnotationVersion: version},
 	}
 	var cfg wasmConfig
+	cfg.Created = created.UTC().Format(time.RFC3339)
 	cfg.Architecture, cfg.OS = "wasm", "wasip1"
 	for _, m := range modules {
-		if m.Title == "" {
-			return nil, nil, toolerr.New(toolerr.ArtifactRefused, "a module has no title")
+		if err := CheckTitle(m.Title); err != nil {
+			return nil, nil, err
 		}
 		if seen[cleanPath(m.Title)] {
 			return nil, nil, toolerr.New(toolerr.ArtifactRefused, "two modules are titled %q", m.Title)
@@ -113,7 +149,11 @@ func (o *OCI) Push(ctx context.Context, imageRef, version string, modules []Push
 			return nil, toolerr.New(toolerr.ArtifactRefused, "module %q is %d bytes, over the %d-byte cap", m.Title, len(m.Wasm), o.cfg.maxBlob)
 		}
 	}
-	blobs, manifest, err := BuildArtifact(version, modules)
+	created := DefaultCreated
+	if !co.created.IsZero() {
+		created = co.created
+	}
+	blobs, manifest, err := buildArtifact(version, created, modules)
 	if err != nil {
 		return nil, err
 	}
@@ -163,6 +203,9 @@ func (o *OCI) Push(ctx context.Context, imageRef, version string, modules []Push
 		ConfigMediaType: MediaTypeWasmConfig,
 		Layout:          LayoutWasm,
 		Version:         version,
+		VersionFrom:     VersionFromManifest,
+		Architecture:    "wasm",
+		OS:              "wasip1",
 		Size:            int64(len(manifest)) + doc.Config.Size,
 	}
 	for _, l := range doc.Layers {
