@@ -64,7 +64,36 @@
 // process, so handler logic is unit-testable with a plain go test. Main also
 // works natively (stdin to stdout) with an empty call context.
 //
-// Outbound HTTP (the ABI's http_request family) is not exposed by this
-// version of the SDK; an http.RoundTripper over it will be added in a later
-// version.
+// # Outbound HTTP
+//
+// Package sdkhttp (github.com/sandboxd/sandboxd/guest-sdk/go/sdkhttp) is an
+// http.RoundTripper over the ABI's http_request family, so handlers use
+// net/http unchanged:
+//
+//	client := &http.Client{Transport: sdkhttp.Transport{}}
+//
+// The host applies the manifest's network policy; a refused request is an
+// *HostError whose Errno says why. It is a separate package so handlers that
+// make no requests do not link net/http.
+//
+// # Using the SDK from your own module
+//
+// The module github.com/sandboxd/sandboxd is not published on a module
+// proxy, so point Go at a clone of the repository, either with a replace
+// directive (from a handler directory beside a clone in ../sandboxd):
+//
+//	go mod init example.com/myhandler
+//	go mod edit -replace github.com/sandboxd/sandboxd=../sandboxd
+//	go mod tidy
+//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o handler.wasm .
+//
+// or with a workspace, which leaves go.mod untouched (do not run go mod tidy
+// under it; it ignores go.work):
+//
+//	go mod init example.com/myhandler
+//	go work init . ../sandboxd
+//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o handler.wasm .
+//
+// The repository's README.md ("In your own module") says the same, and this
+// package's tests run both sequences outside the repository.
 package sdk
