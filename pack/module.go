@@ -1,0 +1,81 @@
+package pack
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/sandboxd/sandboxd/artifact"
+)
+
+// ModuleCandidates lists, in order, the files under the module root that
+// modulePath may run from: the bundle map's target (or modulePath itself
+// when the map does not name it) and, when that does not end in .wasm, the
+// .wasm file beside it with the same base name (tools/echo/index.ts →
+// tools/echo/index.wasm). It fails for a path that would leave the root or
+// an #export sandboxd cannot select.
+func ModuleCandidates(modulePath string, bm BundleMap) ([]string, error) {
+	rel := cleanRel(modulePath)
+	if !validRel(rel) {
+		return nil, fmt.Errorf("modulePath %q must be a relative forward-slash path inside the module root", modulePath)
+	}
+	file, export := bm.Resolve(rel)
+	if !entryExports[export] {
+		return nil, fmt.Errorf("the bundle map maps %s to %s#%s, but a Wasm module has one entry point (handle or _start): sandboxd cannot select export %q", rel, file, export, export)
+	}
+	out := []string{file}
+	if ext := path.Ext(file); ext != ".wasm" {
+		out = append(out, strings.TrimSuffix(file, ext)+".wasm")
+	}
+	return out, nil
+}
+
+// readModule reads the module modulePath names under root (see
+// ModuleCandidates). Symlinks never escape root; a FIFO never blocks.
+func readModule(root *os.Root, rootDir, modulePath string, bm BundleMap) ([]byte, error) {
+	candidates, err := ModuleCandidates(modulePath, bm)
+	if err != nil {
+		return nil, err
+	}
+	var tried []string
+	for _, c := range candidates {
+		b, err := readIn(root, c, maxModuleBytes)
+		if err == nil {
+			return b, nil
+		}
+		tried = append(tried, fmt.Sprintf("%s: %v", filepath.Join(rootDir, filepath.FromSlash(c)), err))
+	}
+	return nil, fmt.Errorf("module not loadable: %s", strings.Join(tried, "; "))
+}
+
+// readIn reads the regular file name under root, at most max bytes.
+func readIn(root *os.Root, name string, max int64) ([]byte, error) {
+	f, err := artifact.OpenRegularIn(root, name) // a FIFO must not block the load (F13)
+	if err != nil {
+		if u := errors.Unwrap(err); u != nil {
+			return nil, u
+		}
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() > max {
+		return nil, fmt.Errorf("%d bytes, over the %d-byte cap", st.Size(), max)
+	}
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(io.LimitReader(f, max+1)); err != nil {
+		return nil, err
+	}
+	if int64(buf.Len()) > max {
+		return nil, fmt.Errorf("over the %d-byte cap", max)
+	}
+	return buf.Bytes(), nil
+}
