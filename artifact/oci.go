@@ -33,6 +33,9 @@ const (
 	// DefaultTagTTL is how long a tag's digest is trusted before it is
 	// re-resolved with a HEAD request.
 	DefaultTagTTL = 30 * time.Second
+	// DefaultRequestTimeout bounds each registry request: its answer must
+	// start, and its body may pause, no longer than this.
+	DefaultRequestTimeout = 30 * time.Second
 	// maxUnpacked caps the bytes of a tar layer scanned for a module.
 	maxUnpacked = 4 << 30
 	// maxZstdWindow caps the memory a zstd layer's decoder may ask for
@@ -44,11 +47,12 @@ const (
 // every With method returns a changed copy. Start from NewOCIConfig;
 // NewOCI validates it.
 type OCIConfig struct {
-	cacheDir string
-	insecure []string
-	keychain authn.Keychain
-	tagTTL   time.Duration
-	maxBlob  int64
+	requestTimeout time.Duration
+	cacheDir       string
+	insecure       []string
+	keychain       authn.Keychain
+	tagTTL         time.Duration
+	maxBlob        int64
 }
 
 // NewOCIConfig returns the defaults: the cache in DefaultOCICacheDir,
@@ -56,7 +60,7 @@ type OCIConfig struct {
 // its credential helpers; anonymous when it has none), TLS to every
 // registry, DefaultTagTTL, and blobs capped at DefaultMaxModuleSize.
 func NewOCIConfig() OCIConfig {
-	return OCIConfig{keychain: authn.DefaultKeychain, tagTTL: DefaultTagTTL, maxBlob: DefaultMaxModuleSize}
+	return OCIConfig{keychain: authn.DefaultKeychain, tagTTL: DefaultTagTTL, maxBlob: DefaultMaxModuleSize, requestTimeout: DefaultRequestTimeout}
 }
 
 // DefaultOCICacheDir is sandboxd/oci under the user cache directory.
@@ -97,6 +101,15 @@ func (c OCIConfig) WithTagTTL(d time.Duration) OCIConfig {
 	return c
 }
 
+// WithRequestTimeout sets the deadline of each registry request (the auth
+// handshake, a HEAD, a manifest or blob GET): the answer must start within
+// d, and a body may go d without a byte. A request that passes it fails
+// with deadline-exceeded naming the step. Default DefaultRequestTimeout.
+func (c OCIConfig) WithRequestTimeout(d time.Duration) OCIConfig {
+	c.requestTimeout = d
+	return c
+}
+
 // WithMaxBlobSize caps every layer and module; a descriptor announcing more
 // is refused (artifact-refused) before anything is downloaded.
 func (c OCIConfig) WithMaxBlobSize(n int64) OCIConfig {
@@ -134,6 +147,9 @@ func NewOCI(cfg OCIConfig) (*OCI, error) {
 	}
 	if cfg.tagTTL < 0 {
 		return nil, fmt.Errorf("artifact: negative tag TTL %s", cfg.tagTTL)
+	}
+	if cfg.requestTimeout <= 0 {
+		return nil, fmt.Errorf("artifact: the registry request timeout must be positive, got %s", cfg.requestTimeout)
 	}
 	if cfg.maxBlob <= 0 {
 		return nil, fmt.Errorf("artifact: blob size cap must be positive, got %d", cfg.maxBlob)
@@ -757,9 +773,9 @@ func readError(ctx context.Context, err error, d string) error {
 		return te
 	}
 	if ctx.Err() != nil {
-		return toolerr.As(ctx.Err())
+		return ctxError(ctx, "reading blob "+d)
 	}
-	return toolerr.Wrap(toolerr.ArtifactUnavailable, err, "reading blob "+d)
+	return newErr(toolerr.ArtifactUnavailable, err, "reading blob %s: %v", d, err)
 }
 
 // moduleFromImage finds modulePath in an image's tar layers, top layer

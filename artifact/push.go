@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -182,12 +184,12 @@ func (o *OCI) Push(ctx context.Context, imageRef, version string, modules []Push
 		order := append([]descriptor{*doc.Config}, doc.Layers...)
 		for _, l := range order {
 			if err := p.Upload(ctx, r.repo, static.NewLayer(blobs[l.Digest], types.MediaType(l.MediaType))); err != nil {
-				return nil, registryError(ctx, err, "pushing to "+r.repo.Name())
+				return nil, registryError(ctx, err, fmt.Sprintf("pushing blob %s to %s", l.Digest, r.repo.Name()), o.pushAuth(ctx, r), 0)
 			}
 			report(l.Digest, l.Size)
 		}
 		if err := p.Put(ctx, r.repo.Tag(r.tag), rawManifest{b: manifest, mt: mediaTypeOCIManifest}); err != nil {
-			return nil, registryError(ctx, err, "pushing the manifest to "+imageRef)
+			return nil, registryError(ctx, err, "pushing the manifest to "+imageRef, o.pushAuth(ctx, r), 0)
 		}
 		if c, err := o.openCache(); err == nil {
 			for d, b := range blobs {
@@ -213,6 +215,17 @@ func (o *OCI) Push(ctx context.Context, imageRef, version string, modules []Push
 		art.Size += l.Size
 	}
 	return art, nil
+}
+
+// pushAuth says what credentials a push to r carries, for its errors.
+func (o *OCI) pushAuth(ctx context.Context, r *imageRef) authInfo {
+	ai := authInfo{registry: r.repo.RegistryStr(), push: true, anonymous: true}
+	if a, err := authn.Resolve(ctx, o.cfg.keychain, r.repo.Registry); err == nil && a != authn.Anonymous {
+		if c, err := a.Authorization(); err == nil && *c != (authn.AuthConfig{}) {
+			ai.anonymous = false
+		}
+	}
+	return ai
 }
 
 func (o *OCI) pusher() (*remote.Pusher, error) {

@@ -21,11 +21,13 @@ import (
 type registryClient struct {
 	sem    chan struct{} // held while the handshake runs
 	client *http.Client
+	auth   authInfo
 }
 
 // registry returns the client for repo's registry, doing the auth handshake
-// on first use. A failed handshake is not remembered.
-func (o *OCI) registry(ctx context.Context, repo name.Repository) (*http.Client, error) {
+// on first use (bounded by the request timeout). A failed handshake is not
+// remembered.
+func (o *OCI) registry(ctx context.Context, repo name.Repository) (*http.Client, authInfo, error) {
 	key := repo.RegistryStr()
 	o.mu.Lock()
 	rc := o.regs[key]
@@ -34,57 +36,38 @@ func (o *OCI) registry(ctx context.Context, repo name.Repository) (*http.Client,
 		o.regs[key] = rc
 	}
 	o.mu.Unlock()
+	ai := authInfo{registry: key, anonymous: true}
+	step := "connecting to " + key + " (auth handshake)"
 	select {
 	case rc.sem <- struct{}{}:
 	case <-ctx.Done():
-		return nil, toolerr.As(ctx.Err())
+		return nil, ai, ctxError(ctx, step)
 	}
 	defer func() { <-rc.sem }()
 	if rc.client != nil {
-		return rc.client, nil
+		return rc.client, rc.auth, nil
 	}
 	auth, err := authn.Resolve(ctx, o.cfg.keychain, repo.Registry)
 	if err != nil {
-		return nil, toolerr.Wrap(toolerr.ArtifactUnavailable, err, fmt.Sprintf("cannot read credentials for %s", key))
+		return nil, ai, newErr(toolerr.ArtifactUnavailable, err, "cannot read the credentials for %s from the docker config %s: %v", key, dockerConfigPath(), err)
 	}
-	tr, err := transport.NewWithContext(ctx, repo.Registry, auth, o.pullTransport, []string{repo.Scope(transport.PullScope)})
+	ai.anonymous = auth == authn.Anonymous
+	if cfg, err := auth.Authorization(); err == nil && *cfg == (authn.AuthConfig{}) {
+		ai.anonymous = true
+	}
+	hctx, cancel := context.WithTimeoutCause(ctx, o.cfg.requestTimeout, &stepTimeout{step: step, d: o.cfg.requestTimeout})
+	defer cancel()
+	hctx, attempts := withAttempts(hctx)
+	tr, err := transport.NewWithContext(hctx, repo.Registry, auth, o.pullTransport, []string{repo.Scope(transport.PullScope)})
 	if err != nil {
-		return nil, registryError(ctx, err, fmt.Sprintf("registry %s", key))
+		if ctx.Err() != nil {
+			return nil, ai, ctxError(ctx, step)
+		}
+		return nil, ai, registryError(hctx, err, step, ai, *attempts)
 	}
 	rc.client = &http.Client{Transport: tr, CheckRedirect: checkRedirect}
-	return rc.client, nil
-}
-
-// registryError maps a registry or transport failure to an artifact-* error.
-func registryError(ctx context.Context, err error, what string) *toolerr.Error {
-	var te *toolerr.Error
-	if errors.As(err, &te) {
-		return te
-	}
-	if ctx.Err() != nil {
-		return toolerr.As(ctx.Err())
-	}
-	var he *transport.Error
-	if errors.As(err, &he) {
-		switch he.StatusCode {
-		case http.StatusNotFound:
-			return toolerr.Wrap(toolerr.ArtifactUnavailable, err, what+" not found")
-		case http.StatusUnauthorized, http.StatusForbidden:
-			return toolerr.Wrap(toolerr.ArtifactUnavailable, err, what+": access denied (check the credentials in the docker config)")
-		}
-		for _, d := range he.Errors {
-			switch d.Code {
-			case transport.ManifestUnknownErrorCode, transport.NameUnknownErrorCode, transport.BlobUnknownErrorCode:
-				return toolerr.Wrap(toolerr.ArtifactUnavailable, err, what+" not found")
-			}
-		}
-		return toolerr.Wrap(toolerr.ArtifactUnavailable, err, what)
-	}
-	var pe *plainHTTPError
-	if errors.As(err, &pe) {
-		return toolerr.Wrap(toolerr.ArtifactUnavailable, err, what+" is unreachable")
-	}
-	return toolerr.Wrap(toolerr.ArtifactUnavailable, err, what+" is unreachable")
+	rc.auth = ai
+	return rc.client, ai, nil
 }
 
 // remoteSource reads one repository of a registry through the cache.
@@ -99,27 +82,74 @@ func (s *remoteSource) url(kind, ident string) string {
 	return fmt.Sprintf("%s://%s/v2/%s/%s/%s", r.Scheme(), r.RegistryStr(), r.RepositoryStr(), kind, ident)
 }
 
-func (s *remoteSource) do(ctx context.Context, method, u, accept string) (*http.Response, error) {
-	client, err := s.o.registry(ctx, s.ref.repo)
+// do sends one registry request. step names it in errors ("GET blob
+// sha256:… of registry/repo"). The request has its own deadline, the
+// OCI's request timeout: the answer must start within it, and the body
+// may go no longer than it without a byte (a hung registry fails the
+// step with deadline-exceeded instead of holding the caller).
+func (s *remoteSource) do(ctx context.Context, method, u, accept, step string) (*http.Response, error) {
+	client, ai, err := s.o.registry(ctx, s.ref.repo)
 	if err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u, nil)
+	d := s.o.cfg.requestTimeout
+	rctx, cancel := context.WithCancelCause(ctx)
+	timer := time.AfterFunc(d, func() { cancel(&stepTimeout{step: step, d: d}) })
+	fail := func(err error, attempts int) error {
+		timer.Stop()
+		e := registryError(rctx, err, step, ai, attempts)
+		cancel(nil)
+		return e
+	}
+	actx, attempts := withAttempts(rctx)
+	req, err := http.NewRequestWithContext(actx, method, u, nil)
 	if err != nil {
-		return nil, toolerr.Wrap(toolerr.ArtifactUnavailable, err, "bad registry URL")
+		return nil, fail(err, 0)
 	}
 	if accept != "" {
 		req.Header.Set("Accept", accept)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, registryError(ctx, err, s.ref.repo.Name())
+		return nil, fail(err, *attempts)
 	}
 	if err := transport.CheckError(resp, http.StatusOK); err != nil {
 		resp.Body.Close()
-		return nil, registryError(ctx, err, s.ref.String())
+		return nil, fail(err, *attempts)
 	}
+	resp.Body = &stallBody{rc: resp.Body, ctx: rctx, timer: timer, d: d, cancel: cancel}
 	return resp, nil
+}
+
+// stallBody is a response body whose request is cancelled when no byte
+// arrives for d; it then fails with the step's deadline-exceeded.
+type stallBody struct {
+	rc     io.ReadCloser
+	ctx    context.Context
+	timer  *time.Timer
+	d      time.Duration
+	cancel context.CancelCauseFunc
+}
+
+func (b *stallBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if n > 0 {
+		b.timer.Reset(b.d)
+	}
+	if err != nil && err != io.EOF {
+		var st *stepTimeout
+		if errors.As(context.Cause(b.ctx), &st) {
+			return n, st.toolErr()
+		}
+	}
+	return n, err
+}
+
+func (b *stallBody) Close() error {
+	b.timer.Stop()
+	err := b.rc.Close()
+	b.cancel(nil)
+	return err
 }
 
 type tagEntry struct {
@@ -150,7 +180,7 @@ func (s *remoteSource) resolveTag(ctx context.Context, tag string) (string, int6
 }
 
 func (s *remoteSource) headTag(ctx context.Context, tag string) (string, int64, error) {
-	resp, err := s.do(ctx, http.MethodHead, s.url("manifests", tag), manifestAccept)
+	resp, err := s.do(ctx, http.MethodHead, s.url("manifests", tag), manifestAccept, fmt.Sprintf("resolving tag %q of %s", tag, s.ref.repo.Name()))
 	if err != nil {
 		return "", 0, err
 	}
@@ -203,7 +233,8 @@ func (s *remoteSource) manifest(ctx context.Context, d string, size int64) ([]by
 // getManifest GETs a manifest by tag or digest, refusing one over
 // MaxManifestSize before reading it.
 func (s *remoteSource) getManifest(ctx context.Context, ident string) ([]byte, error) {
-	resp, err := s.do(ctx, http.MethodGet, s.url("manifests", ident), manifestAccept)
+	step := fmt.Sprintf("GET manifest %s of %s", ident, s.ref.repo.Name())
+	resp, err := s.do(ctx, http.MethodGet, s.url("manifests", ident), manifestAccept, step)
 	if err != nil {
 		return nil, err
 	}
@@ -213,7 +244,7 @@ func (s *remoteSource) getManifest(ctx context.Context, ident string) ([]byte, e
 	}
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, MaxManifestSize+1))
 	if err != nil {
-		return nil, registryError(ctx, err, "reading the manifest of "+s.ref.String())
+		return nil, registryError(ctx, err, step, authInfo{registry: s.ref.repo.RegistryStr()}, 0)
 	}
 	if int64(len(raw)) > MaxManifestSize {
 		return nil, toolerr.New(toolerr.ArtifactRefused, "manifest of %s is over the %d-byte cap", s.ref, MaxManifestSize)
@@ -246,10 +277,10 @@ func (s *remoteSource) download(ctx context.Context, d string, size int64, progr
 	for attempt := 1; attempt <= retryAttempts; attempt++ {
 		if attempt > 1 {
 			if err := sleepCtx(ctx, retryBase<<(attempt-2)); err != nil {
-				return toolerr.As(err)
+				return ctxError(ctx, fmt.Sprintf("waiting to retry the download of blob %s", d))
 			}
 		}
-		resp, err := s.do(ctx, http.MethodGet, s.url("blobs", d), "")
+		resp, err := s.do(ctx, http.MethodGet, s.url("blobs", d), "", fmt.Sprintf("GET blob %s of %s", d, s.ref.repo.Name()))
 		if err != nil {
 			return err
 		}
@@ -263,10 +294,10 @@ func (s *remoteSource) download(ctx context.Context, d string, size int64, progr
 			return nil
 		}
 		var te *toolerr.Error
-		if errors.As(err, &te) || ctx.Err() != nil {
-			if ctx.Err() != nil {
-				return toolerr.As(ctx.Err())
-			}
+		if ctx.Err() != nil {
+			return ctxError(ctx, fmt.Sprintf("downloading blob %s of %s", d, s.ref.repo.Name()))
+		}
+		if errors.As(err, &te) {
 			return te
 		}
 		last = err

@@ -28,6 +28,7 @@ type retryTransport struct {
 func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	for attempt := 1; ; attempt++ {
+		countAttempt(ctx)
 		resp, err := t.inner.RoundTrip(req)
 		if attempt >= retryAttempts || (req.Body != nil && req.GetBody == nil) || ctx.Err() != nil {
 			return resp, err

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -24,14 +25,16 @@ func init() {
 
 // ociFlags are the artifact-source flags shared by run, push, pull and inspect.
 type ociFlags struct {
-	insecure stringList
-	cacheDir string
-	timeout  time.Duration
+	insecure   stringList
+	cacheDir   string
+	timeout    time.Duration
+	regTimeout time.Duration
 }
 
 func (f *ociFlags) register(fs *flag.FlagSet, withTimeout bool) {
 	fs.Var(&f.insecure, "insecure-registry", "host:port of a loopback registry to reach over plain HTTP (repeatable)")
 	fs.StringVar(&f.cacheDir, "artifact-cache-dir", "", "OCI artifact cache directory (default: sandboxd/oci under the user cache dir)")
+	fs.DurationVar(&f.regTimeout, "registry-timeout", artifact.DefaultRequestTimeout, "deadline of each registry request: its answer must start, and a download may pause, no longer than this")
 	if withTimeout {
 		fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "deadline for the whole operation")
 	}
@@ -39,7 +42,7 @@ func (f *ociFlags) register(fs *flag.FlagSet, withTimeout bool) {
 
 // resolver builds the OCI resolver the flags describe.
 func (f *ociFlags) resolver() (*artifact.OCI, error) {
-	cfg := artifact.NewOCIConfig().WithInsecureRegistries(f.insecure...)
+	cfg := artifact.NewOCIConfig().WithInsecureRegistries(f.insecure...).WithRequestTimeout(f.regTimeout)
 	if f.cacheDir != "" {
 		cfg = cfg.WithCacheDir(f.cacheDir)
 	}
@@ -151,7 +154,13 @@ func cmdPush(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	ctx, cancel := context.WithTimeout(ctx, c.flags.timeout)
 	defer cancel()
 	prog := newProgress(stdout, stderr)
-	art, err := oci.Push(ctx, ref, *version, mods, artifact.WithProgress(prog.update))
+	pushOpts := []artifact.CallOption{artifact.WithProgress(prog.update)}
+	if created, ok, err := sourceDateEpoch(); err != nil {
+		return c.usage("%v", err)
+	} else if ok {
+		pushOpts = append(pushOpts, artifact.WithCreated(created))
+	}
+	art, err := oci.Push(ctx, ref, *version, mods, pushOpts...)
 	prog.finish()
 	if err != nil {
 		return c.fail(err)
@@ -228,9 +237,12 @@ func cmdInspect(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 	if art.Index != "" {
 		fmt.Fprintf(tw, "index:\t%s\n", art.Index)
 	}
-	v := art.Version
-	if v == "" {
-		v = "(none: no " + artifact.AnnotationVersion + " annotation)"
+	v := art.Version + " (" + art.VersionFrom + ")"
+	if art.Version == "" {
+		v = "(none: no " + artifact.AnnotationVersion + " annotation or label)"
+	}
+	if art.Architecture != "" || art.OS != "" {
+		fmt.Fprintf(tw, "platform:\t%s/%s\n", art.Architecture, art.OS)
 	}
 	fmt.Fprintf(tw, "version:\t%s\n", v)
 	fmt.Fprintf(tw, "size:\t%s (%d bytes)\n", humanBytes(art.Size), art.Size)
@@ -243,13 +255,31 @@ func cmdInspect(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 	tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	for _, l := range art.Layers {
 		title := l.Title
-		if title == "" {
+		switch {
+		case title == "" && art.Layout == artifact.LayoutWasm && len(art.Layers) == 1:
+			title = "(untitled: any modulePath)"
+		case title == "":
 			title = "-"
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d bytes\n", title, l.MediaType, l.Digest, l.Size)
 	}
 	tw.Flush()
 	return exitOK
+}
+
+// sourceDateEpoch reads SOURCE_DATE_EPOCH (reproducible-builds.org), the
+// created time push writes in the config; without it the config says the
+// Unix epoch, so the same inputs give the same digest.
+func sourceDateEpoch() (time.Time, bool, error) {
+	v := os.Getenv("SOURCE_DATE_EPOCH")
+	if v == "" {
+		return time.Time{}, false, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return time.Time{}, false, fmt.Errorf("SOURCE_DATE_EPOCH=%q is not a count of seconds", v)
+	}
+	return time.Unix(n, 0).UTC(), true, nil
 }
 
 // maxPushModule caps a module file read by push.
