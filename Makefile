@@ -2,12 +2,22 @@
 GO ?= go
 BIN ?= bin/sandboxd
 
-.PHONY: all build test test-short lint check demo bench
+# What `sandboxd version` prints on its first line: the nearest tag, else the
+# commit, with -dirty for uncommitted changes. -buildvcs=auto (overriding a
+# GOFLAGS=-buildvcs=false) also records the full commit and its time.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+GO_BUILD_FLAGS := -trimpath -buildvcs=auto -ldflags '-X main.stampedVersion=$(VERSION)'
+
+.PHONY: all build install test test-short lint check demo bench
 
 all: build
 
 build:
-	$(GO) build -trimpath -o $(BIN) ./cmd/sandboxd
+	$(GO) build $(GO_BUILD_FLAGS) -o $(BIN) ./cmd/sandboxd
+
+# Into $(go env GOBIN), else $(go env GOPATH)/bin.
+install:
+	$(GO) install $(GO_BUILD_FLAGS) ./cmd/sandboxd
 
 # go vet + every test with the race detector.
 test:

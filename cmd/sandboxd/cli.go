@@ -40,8 +40,9 @@ var commands = map[string]command{}
 
 func init() {
 	commands["run"] = command{"run one call of a tool and print the result envelope", cmdRun}
-	commands["version"] = command{"print the version", func(_ context.Context, _ []string, _ io.Reader, stdout, _ io.Writer) int {
-		fmt.Fprintf(stdout, "sandboxd %s\n", version())
+	commands["version"] = command{"print the version, the commit it was built from and the Go toolchain", func(_ context.Context, _ []string, _ io.Reader, stdout, _ io.Writer) int {
+		bi, ok := debug.ReadBuildInfo()
+		fmt.Fprint(stdout, versionText(stampedVersion, bi, ok))
 		return exitOK
 	}}
 }
@@ -85,13 +86,6 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return exitUsage
 	}
 	return c.run(ctx, args[1:], stdin, stdout, stderr)
-}
-
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "dev"
 }
 
 // stringList is a repeatable flag.

@@ -5,7 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -180,7 +183,94 @@ func TestUsageErrors(t *testing.T) {
 
 func TestVersion(t *testing.T) {
 	code, stdout, _ := runCLI(t, "", "version")
-	if code != 0 || !strings.HasPrefix(stdout, "sandboxd ") {
+	if code != 0 || !strings.HasPrefix(stdout, "sandboxd ") || !strings.Contains(stdout, runtime.Version()) {
 		t.Fatalf("exit %d %q", code, stdout)
+	}
+	if code2, stdout2, _ := runCLI(t, "", "--version"); code2 != 0 || stdout2 != stdout {
+		t.Fatalf("--version: exit %d %q, want %q", code2, stdout2, stdout)
+	}
+}
+
+// The version comes from the link-time stamp, else the module version, else
+// the VCS revision, else "dev"; the commit line only when one was recorded.
+func TestBuildVersion(t *testing.T) {
+	rev := "0123456789abcdef0123456789abcdef01234567"
+	vcs := []debug.BuildSetting{{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: rev},
+		{Key: "vcs.time", Value: "2026-12-01T12:00:00Z"}, {Key: "vcs.modified", Value: "true"}}
+	for _, tc := range []struct {
+		name, stamp, main string
+		settings          []debug.BuildSetting
+		ok                bool
+		want, commit      string
+	}{
+		{"stamp wins", "v1.2.3", "v0.9.0", vcs, true, "v1.2.3", "commit " + rev + " (2026-12-01T12:00:00Z), with uncommitted changes"},
+		{"go install module@version", "", "v0.9.0", nil, true, "v0.9.0", ""},
+		{"go build in a checkout", "", "(devel)", vcs, true, "devel-0123456789ab-dirty", "commit " + rev},
+		{"clean checkout", "", "(devel)", vcs[:3], true, "devel-0123456789ab", "commit " + rev + " (2026-12-01T12:00:00Z)\n"},
+		{"no VCS", "", "(devel)", nil, true, "dev", ""},
+		{"no build info", "", "", nil, false, "dev", ""},
+	} {
+		bi := &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Path: "github.com/sandboxd/sandboxd", Version: tc.main}, Settings: tc.settings}
+		if got := buildVersion(tc.stamp, bi, tc.ok); got != tc.want {
+			t.Errorf("%s: version %q, want %q", tc.name, got, tc.want)
+		}
+		text := versionText(tc.stamp, bi, tc.ok)
+		if !strings.HasPrefix(text, "sandboxd "+tc.want+"\n") {
+			t.Errorf("%s: text %q", tc.name, text)
+		}
+		if tc.commit != "" && !strings.Contains(text, tc.commit) || tc.commit == "" && strings.Contains(text, "commit") {
+			t.Errorf("%s: text %q, want commit line %q", tc.name, text, tc.commit)
+		}
+	}
+}
+
+// make build's flags (read from make -n) stamp the version and record the
+// commit: a binary built with them reports both.
+func TestVersionStampedBuild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds the binary")
+	}
+	need := func(tool string) string {
+		p, err := exec.LookPath(tool)
+		if err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("%s is not installed; CI=true requires it", tool)
+			}
+			t.Skipf("%s is not installed", tool)
+		}
+		return p
+	}
+	makeBin, gitBin := need("make"), need("git")
+	head, err := exec.Command(gitBin, "rev-parse", "HEAD").Output()
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("not a git checkout: %v", err)
+		}
+		t.Skipf("not a git checkout: %v", err)
+	}
+	dry := exec.Command(makeBin, "-n", "build", "VERSION=v9.8.7-test")
+	dry.Dir = filepath.Join("..", "..")
+	plan, err := dry.Output()
+	if err != nil {
+		t.Fatalf("make -n build: %v", err)
+	}
+	line := strings.TrimSpace(string(plan))
+	if !strings.Contains(line, "-ldflags '-X main.stampedVersion=v9.8.7-test'") || !strings.Contains(line, "-buildvcs=auto") {
+		t.Fatalf("make build does not stamp the version: %s", line)
+	}
+	bin := filepath.Join(t.TempDir(), "sandboxd")
+	// The same flags (without -trimpath, which would rebuild every package
+	// for this test alone).
+	build := exec.Command("go", "build", "-buildvcs=auto", "-ldflags", "-X main.stampedVersion=v9.8.7-test", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("sandboxd version:\n%s", out)
+	if !strings.HasPrefix(string(out), "sandboxd v9.8.7-test\ncommit "+strings.TrimSpace(string(head))) {
+		t.Fatalf("version = %q, want the stamp and commit %s", out, head)
 	}
 }
