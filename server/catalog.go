@@ -19,6 +19,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/artifact"
 	"github.com/sandboxd/sandboxd/executor"
+	"github.com/sandboxd/sandboxd/manifest"
 )
 
 // Source is where a server's tools come from: a Kindgi pack index
@@ -330,6 +331,10 @@ type entry struct {
 	tool     *executor.Tool
 	version  string // pinned version callers compare against
 	inflight chan struct{}
+
+	spec       []byte // the manifest it was loaded from
+	schemaOnce sync.Once
+	schema     *manifest.Tool // compiled on first use by validated (core.go)
 }
 
 // loadCatalog compiles every tool of src. Any problem fails the whole load
@@ -359,7 +364,7 @@ func loadCatalog(ctx context.Context, exec *executor.Executor, src Source, perTo
 			_ = t.Close(ctx)
 			continue
 		}
-		c.tools[t.ID()] = &entry{tool: t, version: ts.version, inflight: make(chan struct{}, perTool)}
+		c.tools[t.ID()] = &entry{tool: t, version: ts.version, inflight: make(chan struct{}, perTool), spec: ts.man}
 		c.order = append(c.order, t.ID())
 		fmt.Fprintf(h, "%s %s\n", t.ID(), t.Digest())
 	}

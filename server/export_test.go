@@ -2,6 +2,6 @@ package server
 
 // ParseTraceparentForTest exposes parseTraceparent's trace id.
 func ParseTraceparentForTest(h string) string {
-	id, _ := parseTraceparent(h)
+	id, _ := ParseTraceparent(h)
 	return id
 }

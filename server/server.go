@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/executor"
-	"github.com/sandboxd/sandboxd/toolerr"
 )
 
 // Transport constants of the pack protocol.
@@ -129,6 +128,10 @@ type Server struct {
 	guests       sync.WaitGroup
 	activeGuests atomic.Int64
 	closed       bool
+
+	mux         *http.ServeMux
+	hookMu      sync.Mutex
+	reloadHooks []func()
 }
 
 var printable = regexp.MustCompile(`^[\x21-\x7e]+$`)
@@ -177,6 +180,7 @@ func New(ctx context.Context, exec *executor.Executor, src Source, opts Options)
 		bodies:   byteBudget{limit: opts.BodyBudget},
 		metrics:  newMetrics(),
 	}
+	s.mux = s.routes()
 	cat, problems := loadCatalog(ctx, exec, src, opts.PerToolConcurrency)
 	if len(problems) > 0 {
 		return nil, &BootError{Problems: problems}
@@ -237,6 +241,7 @@ func (s *Server) Reload(ctx context.Context) error {
 	s.catMu.Unlock()
 	old.retire()
 	s.log.Info("reloaded", "packId", cat.packID, "artifactVersion", cat.artifactVersion, "tools", len(cat.order))
+	s.reloaded()
 	return nil
 }
 
@@ -311,67 +316,84 @@ func (a *admission) enter(ctx context.Context) (bool, error) {
 
 func (a *admission) leave() { <-a.slots }
 
-// ServeHTTP routes a request. Method is checked first (405), then the token
-// (401) on /v1/*; /healthz, /readyz and /metrics need no token.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	type route struct {
-		methods string
-		auth    bool
-		fn      func(http.ResponseWriter, *http.Request)
-	}
-	var rt route
-	switch r.URL.Path {
-	case "/v1/invoke":
-		rt = route{http.MethodPost, true, s.handleInvoke}
-	case "/v1/info":
-		rt = route{"GET, HEAD", true, s.handleInfo}
-	case "/v1/tools":
-		rt = route{"GET, HEAD", true, s.handleTools}
-	case "/healthz":
-		rt = route{"GET, HEAD", false, func(w http.ResponseWriter, _ *http.Request) {
+// routes builds the pack protocol's routes on an http.ServeMux with
+// method patterns. Each path also has a method-less pattern that answers
+// 405 with Allow (before the token is looked at), and "/" answers 404.
+func (s *Server) routes() *http.ServeMux {
+	mux := http.NewServeMux()
+	for _, rt := range []struct {
+		method, path string
+		auth         bool
+		fn           http.HandlerFunc
+	}{
+		{http.MethodPost, "/v1/invoke", true, s.handleInvoke},
+		{http.MethodGet, "/v1/info", true, s.handleInfo},
+		{http.MethodGet, "/v1/tools", true, s.handleTools},
+		{http.MethodGet, "/healthz", false, func(w http.ResponseWriter, _ *http.Request) {
 			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-		}}
-	case "/readyz":
-		rt = route{"GET, HEAD", false, s.handleReady}
-	case "/metrics":
-		rt = route{"GET, HEAD", false, s.handleMetrics}
-	default:
+		}},
+		{http.MethodGet, "/readyz", false, s.handleReady},
+		{http.MethodGet, "/metrics", false, s.handleMetrics},
+	} {
+		h := rt.fn
+		if rt.auth {
+			h = s.requireToken(h)
+		}
+		mux.Handle(rt.method+" "+rt.path, h) // GET patterns match HEAD too
+		allow := rt.method
+		if allow == http.MethodGet {
+			allow = "GET, HEAD"
+		}
+		mux.HandleFunc(rt.path, func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Allow", allow)
+			transportError(w, http.StatusMethodNotAllowed, "method not allowed")
+		})
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		transportError(w, http.StatusNotFound, "no such route")
-		return
-	}
-	if !allowed(rt.methods, r.Method) {
-		w.Header().Set("Allow", rt.methods)
-		transportError(w, http.StatusMethodNotAllowed, "method not allowed")
-		return
-	}
-	if rt.auth && !s.authorized(r) {
-		transportError(w, http.StatusUnauthorized, "missing or wrong "+HeaderToken)
-		return
-	}
+	})
+	return mux
+}
+
+// ServeHTTP routes a request. Method is checked first (405), then the token
+// (401) on /v1/*; /healthz, /readyz and /metrics need no token. Handlers
+// mounted with Handle are routed the same way.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.isDraining() {
 		w.Header().Set("Connection", "close")
 	}
-	rt.fn(w, r)
+	s.mux.ServeHTTP(w, r)
 }
 
-func allowed(methods, m string) bool {
-	switch methods {
-	case http.MethodPost:
-		return m == http.MethodPost
-	default:
-		return m == http.MethodGet || m == http.MethodHead
+// Handle mounts h at pattern (http.ServeMux syntax) beside the pack
+// protocol's routes, e.g. the MCP endpoint. h does its own
+// authentication (see CheckToken). Call it before serving.
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+func (s *Server) requireToken(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !s.authorized(r) {
+			transportError(w, http.StatusUnauthorized, "missing or wrong "+HeaderToken)
+			return
+		}
+		h(w, r)
 	}
 }
 
-// authorized compares the token in constant time (over digests, so the
-// length does not leak either).
+// CheckToken reports whether tok is the service token, comparing in
+// constant time (over digests, so the length does not leak either).
+func (s *Server) CheckToken(tok string) bool {
+	got := sha256.Sum256([]byte(tok))
+	return subtle.ConstantTimeCompare(got[:], s.tokenSum[:]) == 1
+}
+
+// authorized reports whether r carries exactly one, right, token header.
 func (s *Server) authorized(r *http.Request) bool {
 	vals := r.Header.Values(HeaderToken)
 	if len(vals) != 1 {
 		return false
 	}
-	got := sha256.Sum256([]byte(vals[0]))
-	return subtle.ConstantTimeCompare(got[:], s.tokenSum[:]) == 1
+	return s.CheckToken(vals[0])
 }
 
 // transportError answers a non-2xx transport status. Its body is a short
@@ -533,9 +555,9 @@ func parseTimeout(h string) time.Duration {
 
 var traceparentRE = regexp.MustCompile(`^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$`)
 
-// parseTraceparent returns the trace and parent span ids of a W3C
-// traceparent header, or "" for an invalid one.
-func parseTraceparent(h string) (traceID, spanID string) {
+// ParseTraceparent returns the trace and parent span ids of a W3C
+// traceparent value (header or MCP _meta), or "" for an invalid one.
+func ParseTraceparent(h string) (traceID, spanID string) {
 	m := traceparentRE.FindStringSubmatch(h)
 	if m == nil || m[1] == "ff" || (m[1] == "00" && m[5] != "") ||
 		m[2] == "00000000000000000000000000000000" || m[3] == "0000000000000000" {
@@ -572,7 +594,7 @@ func (s *Server) record(rec *callRecord) {
 
 // answer writes a 200 pack-protocol response with the headers every 200
 // answer carries.
-func (s *Server) answer(w http.ResponseWriter, c *catalog, start time.Time, msg any, usage *executor.Usage, callID string) {
+func (s *Server) answer(w http.ResponseWriter, artifactVersion string, start time.Time, msg any, usage *executor.Usage, callID string) {
 	var b []byte
 	var err error
 	if r, ok := msg.(wireResult); ok {
@@ -583,13 +605,13 @@ func (s *Server) answer(w http.ResponseWriter, c *catalog, start time.Time, msg 
 		b = append(b, '\n')
 	}
 	if err != nil {
-		s.internal(w, c, fmt.Errorf("cannot encode the answer: %w", err))
+		s.internal(w, artifactVersion, fmt.Errorf("cannot encode the answer: %w", err))
 		return
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set(HeaderDuration, strconv.FormatInt(time.Since(start).Milliseconds(), 10))
-	h.Set(HeaderArtifact, c.artifactVersion)
+	h.Set(HeaderArtifact, artifactVersion)
 	if usage != nil {
 		u, _ := json.Marshal(usage)
 		h.Set(HeaderUsage, string(u))
@@ -602,40 +624,35 @@ func (s *Server) answer(w http.ResponseWriter, c *catalog, start time.Time, msg 
 }
 
 // internal answers 500: the service itself failed.
-func (s *Server) internal(w http.ResponseWriter, c *catalog, err error) {
+func (s *Server) internal(w http.ResponseWriter, artifactVersion string, err error) {
 	s.log.Error("internal-error", "error", err.Error())
-	if c != nil {
-		w.Header().Set(HeaderArtifact, c.artifactVersion)
+	if artifactVersion != "" {
+		w.Header().Set(HeaderArtifact, artifactVersion)
 	}
 	transportError(w, http.StatusInternalServerError, "internal error")
 }
 
+// handleInvoke is the pack protocol's adapter to the core: it reads and
+// parses the frame within the body budget and deadlines, hands the call to
+// the core (Ticket.Call) and renders the Outcome.
 func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	timeout := parseTimeout(r.Header.Get(HeaderTimeout))
 	deadline := start.Add(timeout)
 
-	// The drain check and the registration of an accepted call are atomic,
-	// so a drain waits for exactly the calls it let in.
-	s.lifeMu.Lock()
-	if s.draining {
-		s.lifeMu.Unlock()
-		s.metrics.reject("draining")
-		transportError(w, http.StatusServiceUnavailable, "draining")
+	// The ticket is held until the answer is written, so a drain waits for
+	// the answer too.
+	ticket, refused := s.Admit()
+	if refused != "" {
+		transportError(w, http.StatusServiceUnavailable, refused.Reason(""))
 		return
 	}
-	s.accepted.Add(1)
-	s.active.Add(1)
-	s.lifeMu.Unlock()
+	// The answer is flushed before the ticket closes: once a drain has
+	// seen every ticket closed, every answer is on the wire.
 	defer func() {
-		s.active.Add(-1)
-		s.accepted.Done()
+		_ = http.NewResponseController(w).Flush()
+		ticket.Close()
 	}()
-	if !s.Ready() {
-		s.metrics.reject("not-ready")
-		transportError(w, http.StatusServiceUnavailable, "not ready")
-		return
-	}
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "application/json" {
 		transportError(w, http.StatusUnsupportedMediaType, "the body must be application/json")
@@ -650,11 +667,10 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 	// may outlive this handler): memory for bodies in flight never passes
 	// the budget, however many connections send them.
 	br := &bodyReader{budget: &s.bodies}
-	var releaseOnce sync.Once
-	releaseBody := func() { releaseOnce.Do(func() { s.bodies.release(br.held) }) }
-	guestOwnsBody := false
+	releaseBody := sync.OnceFunc(func() { s.bodies.release(br.held) })
+	coreOwnsBody := false
 	defer func() {
-		if !guestOwnsBody {
+		if !coreOwnsBody {
 			releaseBody()
 		}
 	}()
@@ -667,8 +683,7 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 	_ = rc.SetReadDeadline(bodyBy)
 	body, err := br.read(r)
 	_ = rc.SetReadDeadline(time.Time{})
-	c := s.current()
-	defer c.release()
+	artifact := s.artifactVersion()
 	if err != nil {
 		// The rest of the body will not be read: close the connection
 		// after the answer instead of waiting to drain it.
@@ -681,21 +696,21 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		case errors.Is(err, errTooLarge) || errors.As(err, &mbe):
 			transportError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes", MaxBodyBytes))
 		case byCall && (errors.Is(err, os.ErrDeadlineExceeded) || !time.Now().Before(deadline)):
-			s.answer(w, c, start, protoErr(WireDeadlineExceeded, "the %d ms deadline passed while the request body was still arriving", timeout.Milliseconds()), nil, "")
+			s.answer(w, artifact, start, protoErr(WireDeadlineExceeded, "the %d ms deadline passed while the request body was still arriving", timeout.Milliseconds()), nil, "")
 		case errors.Is(err, os.ErrDeadlineExceeded) || !time.Now().Before(bodyBy):
-			s.answer(w, c, start, protoErr(WireDeadlineExceeded, "the request body did not arrive within %d ms (the body deadline)", s.opts.BodyTimeout.Milliseconds()), nil, "")
+			s.answer(w, artifact, start, protoErr(WireDeadlineExceeded, "the request body did not arrive within %d ms (the body deadline)", s.opts.BodyTimeout.Milliseconds()), nil, "")
 		default:
 			// The client went away mid-body: nothing ran, nobody to answer.
 		}
 		return
 	}
-	traceID, spanID := parseTraceparent(r.Header.Get(HeaderTraceparent))
+	traceID, spanID := ParseTraceparent(r.Header.Get(HeaderTraceparent))
 	inv, werr := parseFrame(body)
 	if werr != nil {
 		if werr.CheckID != "" {
 			s.record(&callRecord{id: werr.CheckID, target: "check", outcome: string(werr.Code), start: start, traceID: traceID, spanID: spanID})
 		}
-		s.answer(w, c, start, werr, nil, "")
+		s.answer(w, artifact, start, werr, nil, "")
 		return
 	}
 	if inv.ctx.RunID == "" {
@@ -704,142 +719,35 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 	if inv.ctx.RequestID == "" {
 		inv.ctx.RequestID = r.Header.Get(HeaderRequestID)
 	}
-	rec := &callRecord{id: inv.toolID, target: "tool", start: start, cc: inv.ctx, traceID: traceID, spanID: spanID}
 	body = nil // parsed: what the call needs lives in inv
-	// Metrics series exist only for tools of the serving catalog: any
-	// other id a caller sends is counted under one label.
-	mid := UnknownToolLabel
-	if _, ok := c.tools[inv.toolID]; ok {
-		mid = inv.toolID
-	}
-	fail := func(e wireError, usage *executor.Usage, callID string) {
-		rec.outcome = string(e.Code)
-		if e.Cause != nil {
-			var nc struct{ Name string }
-			_ = json.Unmarshal(e.Cause, &nc)
-			rec.code = nc.Name
-		}
-		s.answer(w, c, start, e, usage, callID)
-		s.record(rec)
-		s.metrics.call(mid, rec.outcome, time.Since(start).Seconds(), usage != nil, usageCPU(usage), usagePeak(usage))
-	}
-	e, ok := c.tools[inv.toolID]
-	if !ok {
-		we := protoErr(WireToolNotInPack, "tool %q is not in pack %s", clip(inv.toolID), c.packID)
-		we.ToolID = inv.toolID
-		fail(we, nil, "")
-		return
-	}
-	if inv.hasVersion && inv.toolVersion != e.version {
-		we := protoErr(WireToolVersionMismatch, "tool %s is version %q here, not %q", inv.toolID, e.version, clip(inv.toolVersion))
-		we.ToolID = inv.toolID
-		fail(we, nil, "")
-		return
-	}
-
-	// Admission: the per-tool cap, then a global slot (queueing if there
-	// is room). A refusal is a 503: the call provably did not run.
-	select {
-	case e.inflight <- struct{}{}:
+	coreOwnsBody = true
+	o := ticket.Call(r.Context(), Call{
+		Tool: inv.toolID, Version: inv.toolVersion, HasVersion: inv.hasVersion,
+		Input: inv.input, Context: inv.ctx, Start: start, Deadline: deadline,
+		TraceID: traceID, SpanID: spanID, Release: releaseBody,
+	})
+	switch {
+	case o.Refused != "":
+		transportError(w, http.StatusServiceUnavailable, o.Refused.Reason(inv.toolID))
+	case o.Gone:
+		// The caller went away while queued: nobody to answer.
+	case o.Err == nil:
+		s.answer(w, o.ArtifactVersion, start, wireResult{V: ProtocolVersion, Kind: "result", Output: o.Output}, o.Usage, o.CallID)
 	default:
-		s.metrics.reject("tool-busy")
-		transportError(w, http.StatusServiceUnavailable, "tool "+inv.toolID+" is at its concurrency cap")
-		return
-	}
-	ctx, cancel := context.WithDeadline(r.Context(), deadline)
-	defer cancel()
-	ok, qerr := s.adm.enter(ctx)
-	if !ok {
-		<-e.inflight
-		switch {
-		case qerr == nil:
-			s.metrics.reject("over-capacity")
-			transportError(w, http.StatusServiceUnavailable, "over capacity")
-		case errors.Is(qerr, context.DeadlineExceeded):
-			fail(wireError{V: ProtocolVersion, Kind: "error", Code: WireDeadlineExceeded, ToolID: inv.toolID,
-				Message: fmt.Sprintf("the %d ms deadline passed while the call waited for a slot", timeout.Milliseconds())}, nil, "")
-		default:
-			rec.outcome = string(WireCancelled)
-			s.record(rec)
-			s.metrics.call(mid, rec.outcome, time.Since(start).Seconds(), false, 0, 0)
-		}
-		return
-	}
-
-	// The guest runs on its own goroutine so that the answer can go out at
-	// the deadline without waiting for it; its slots are released when it
-	// has really stopped.
-	callID := executor.NewCallID()
-	rec.callID = callID
-	type outcome struct {
-		res *executor.Result
-		err error
-	}
-	done := make(chan outcome, 1)
-	c.hold() // the guest may outlive this handler (answered at the deadline)
-	guestOwnsBody = true
-	s.guests.Add(1)
-	s.activeGuests.Add(1)
-	go func() {
-		var o outcome
-		// The slots are released before the outcome is handed over, so a
-		// client that gets its answer and calls again at once never finds
-		// its own finished call still counted.
-		func() {
-			defer func() {
-				s.adm.leave()
-				<-e.inflight
-				releaseBody()
-				c.release()
-				s.activeGuests.Add(-1)
-				s.guests.Done()
-			}()
-			o.res, o.err = e.tool.Invoke(ctx, executor.Request{CallID: callID, Input: inv.input, Context: inv.ctx})
-		}()
-		done <- o
-	}()
-	var o outcome
-	select {
-	case o = <-done:
-	case <-ctx.Done():
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			fail(wireError{V: ProtocolVersion, Kind: "error", Code: WireDeadlineExceeded, ToolID: inv.toolID,
-				Message: fmt.Sprintf("the %d ms deadline passed before the handler finished", timeout.Milliseconds())}, nil, callID)
+		we, ok := toWire(o.Err)
+		if !ok {
+			s.internal(w, o.ArtifactVersion, o.Err)
 			return
 		}
-		// The client went away: the guest is being cancelled; wait for it
-		// to stop so that the record carries what it used.
-		o = <-done
-		if o.err == nil {
-			o.err = toolerr.New(toolerr.Cancelled, "the caller closed the connection")
-		}
-		if te := toolerr.As(o.err); te.Code != toolerr.Cancelled {
-			o.err = toolerr.Wrap(toolerr.Cancelled, te, "the caller closed the connection")
-		}
+		s.answer(w, o.ArtifactVersion, start, we, o.Usage, o.CallID)
 	}
-	var usage *executor.Usage
-	if o.res != nil {
-		u := o.res.Usage
-		usage = &u
-		s.metrics.egressAttempts(mid, o.res.Egress)
-	}
-	if o.err == nil {
-		rec.outcome = "ok"
-		s.answer(w, c, start, wireResult{V: ProtocolVersion, Kind: "result", Output: o.res.Output}, usage, callID)
-		s.record(rec)
-		s.metrics.call(mid, rec.outcome, time.Since(start).Seconds(), true, usageCPU(usage), usagePeak(usage))
-		return
-	}
-	te := toolerr.As(o.err).WithTool(inv.toolID)
-	we, ok := toWire(te)
-	if !ok {
-		rec.outcome, rec.code = "internal-error", string(te.Code)
-		s.internal(w, c, te)
-		s.record(rec)
-		s.metrics.call(mid, rec.outcome, time.Since(start).Seconds(), usage != nil, usageCPU(usage), usagePeak(usage))
-		return
-	}
-	fail(we, usage, callID)
+}
+
+// artifactVersion is the serving catalog's artifact version.
+func (s *Server) artifactVersion() string {
+	c := s.current()
+	defer c.release()
+	return c.artifactVersion
 }
 
 func usageCPU(u *executor.Usage) float64 {

@@ -1,0 +1,410 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/events"
+	"github.com/sandboxd/sandboxd/executor"
+	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/manifest"
+	"github.com/sandboxd/sandboxd/toolerr"
+)
+
+// This file is the transport-neutral service core: a transport adapter
+// (the pack protocol's HTTP routes, the MCP server of package mcp) turns
+// its request into a Call, and the core applies, once for every
+// transport, the catalog lookup, admission (the per-tool cap, the global
+// cap and its bounded queue), the drain accounting, the deadline (the
+// outcome is returned at the deadline without waiting for the guest),
+// metrics and the call record. The adapter only renders the Outcome.
+//
+// A guardrail check, when sandboxd runs one, is meant to go through the
+// same path: Admit, then a Ticket method that runs it under the same
+// admission, drain accounting, metrics and record.
+
+// Refusal says why the core did not run a call. A refused call provably
+// did not run and may be retried (the pack protocol answers 503 with
+// Retry-After; MCP answers a JSON-RPC error).
+type Refusal string
+
+// The refusals. Each is also the reason label of sandboxd_rejected_total.
+const (
+	RefusedDraining     Refusal = "draining"
+	RefusedNotReady     Refusal = "not-ready"
+	RefusedToolBusy     Refusal = "tool-busy"
+	RefusedOverCapacity Refusal = "over-capacity"
+)
+
+// Reason is a one-line explanation of r for a caller.
+func (r Refusal) Reason(toolID string) string {
+	switch r {
+	case RefusedDraining:
+		return "draining"
+	case RefusedNotReady:
+		return "not ready"
+	case RefusedToolBusy:
+		return "tool " + toolID + " is at its concurrency cap"
+	case RefusedOverCapacity:
+		return "over capacity"
+	}
+	return string(r)
+}
+
+// Call is one tool call as a transport adapter hands it to the core.
+type Call struct {
+	// Tool is the tool id.
+	Tool string
+	// Version, when HasVersion, must equal the tool's pinned version
+	// (else tool-version-mismatch).
+	Version    string
+	HasVersion bool
+	// Input is the tool input, one JSON value (validated by the executor).
+	Input []byte
+	// Context is the call context.
+	Context executor.CallContext
+	// Start is when the request reached the adapter (durations and the
+	// deadline's message count from it); zero means now.
+	Start time.Time
+	// Deadline bounds queueing and running; zero means Start+DefaultTimeout.
+	// The call's context (its cancellation) is the ctx given to Call.
+	Deadline time.Time
+	// TraceID and SpanID join the call record (from a W3C traceparent;
+	// see ParseTraceparent).
+	TraceID, SpanID string
+	// Release, when set, is called exactly once when the call is over:
+	// when Call returns, or when its guest has stopped if that is later
+	// (the pack adapter holds its request body's budget charge until then).
+	Release func()
+	// Running, when set, is called with the call id once the call holds
+	// its slots, just before the guest starts (MCP progress).
+	Running func(callID string)
+}
+
+// Outcome is what the core answers for a Call. Exactly one of Refused,
+// Gone, Err (a failure) or success (Err nil) describes it.
+type Outcome struct {
+	// Refused is set when the call did not run (nothing was recorded but
+	// the refusal metric).
+	Refused Refusal
+	// Gone is set when the call's context ended while it waited for a
+	// slot: the caller went away and there is nobody to answer.
+	Gone bool
+	// Output is the validated output of a successful call.
+	Output json.RawMessage
+	// Err is the failure, with its native code and ToolID; nil on success.
+	// Code toolerr.Internal means the service itself failed.
+	Err *toolerr.Error
+	// Usage is set when the guest ran.
+	Usage *executor.Usage
+	// CallID is the toolCallId of the call's lifecycle events ("" when no
+	// guest started).
+	CallID string
+	// ArtifactVersion is the serving catalog's artifact version.
+	ArtifactVersion string
+
+	entry *entry
+	input []byte
+	ran   bool
+}
+
+// Envelope returns the canonical x.ai/tool envelope (package events) of
+// the call's tool: with the projection of the validated input (defaults
+// filled) when the call got past input validation, without it otherwise.
+// ok is false when the tool is not in the catalog.
+func (o *Outcome) Envelope() (meta events.Meta, ok bool) {
+	if o.entry == nil {
+		return events.Meta{}, false
+	}
+	m := o.entry.tool.Manifest()
+	if !o.ran || (o.Err != nil && o.Err.Code == toolerr.InputValidationFailed) {
+		return events.NewMeta(m, nil), true
+	}
+	return events.NewMeta(m, o.entry.validated(o.input)), true
+}
+
+// Ticket is one admitted call's place in the drain accounting: a drain
+// waits until every Ticket is closed. An adapter closes it once its answer
+// is written, so that a drain also waits for the answer to go out.
+type Ticket struct {
+	s    *Server
+	once sync.Once
+}
+
+// Admit registers a call with the drain accounting. It refuses while the
+// service drains or is not ready. The caller must Close the Ticket.
+func (s *Server) Admit() (*Ticket, Refusal) {
+	// The drain check and the registration are atomic, so a drain waits
+	// for exactly the calls it let in.
+	s.lifeMu.Lock()
+	if s.draining {
+		s.lifeMu.Unlock()
+		s.metrics.reject(string(RefusedDraining))
+		return nil, RefusedDraining
+	}
+	s.accepted.Add(1)
+	s.active.Add(1)
+	s.lifeMu.Unlock()
+	t := &Ticket{s: s}
+	if !s.Ready() {
+		t.Close()
+		s.metrics.reject(string(RefusedNotReady))
+		return nil, RefusedNotReady
+	}
+	return t, ""
+}
+
+// Close ends the Ticket; later calls do nothing.
+func (t *Ticket) Close() {
+	t.once.Do(func() {
+		t.s.active.Add(-1)
+		t.s.accepted.Done()
+	})
+}
+
+// Call admits and runs one call (Admit, Ticket.Call, Close). Adapters that
+// answer after Call returns (the answer written outside the drain
+// accounting) should use Admit themselves.
+func (s *Server) Call(ctx context.Context, c Call) Outcome {
+	t, r := s.Admit()
+	if r != "" {
+		if c.Release != nil {
+			c.Release()
+		}
+		return Outcome{Refused: r}
+	}
+	defer t.Close()
+	return t.Call(ctx, c)
+}
+
+// Call runs c on the serving catalog: catalog lookup, version pin, the
+// per-tool cap, a global slot (queueing while there is room), then the
+// guest on its own goroutine. It returns when the guest is done or at the
+// deadline, whichever is first (the guest's slots are released when it has
+// really stopped). The record and metrics are written before it returns.
+// Call it once per Ticket.
+func (t *Ticket) Call(ctx context.Context, c Call) Outcome {
+	s := t.s
+	release := func() {}
+	if c.Release != nil {
+		release = sync.OnceFunc(c.Release)
+	}
+	guestOwnsRelease := false
+	defer func() {
+		if !guestOwnsRelease {
+			release()
+		}
+	}()
+	if c.Start.IsZero() {
+		c.Start = time.Now()
+	}
+	if c.Deadline.IsZero() {
+		c.Deadline = c.Start.Add(DefaultTimeout)
+	}
+	timeout := c.Deadline.Sub(c.Start)
+	cat := s.current()
+	defer cat.release()
+	rec := &callRecord{id: c.Tool, target: "tool", start: c.Start, cc: c.Context, traceID: c.TraceID, spanID: c.SpanID}
+	// Metrics series exist only for tools of the serving catalog: any
+	// other id a caller sends is counted under one label.
+	mid := UnknownToolLabel
+	e, ok := cat.tools[c.Tool]
+	if ok {
+		mid = c.Tool
+	}
+	out := Outcome{ArtifactVersion: cat.artifactVersion, entry: e}
+	fail := func(te *toolerr.Error, usage *executor.Usage) Outcome {
+		out.Err, out.Usage = te, usage
+		s.finish(rec, mid, te, usage)
+		return out
+	}
+	if !ok {
+		out.entry = nil
+		return fail(toolerr.New(toolerr.ToolNotInPack, "tool %q is not in pack %s", clip(c.Tool), cat.packID).WithTool(c.Tool), nil)
+	}
+	if c.HasVersion && c.Version != e.version {
+		return fail(toolerr.New(toolerr.ToolVersionMismatch, "tool %s is version %q here, not %q", c.Tool, e.version, clip(c.Version)).WithTool(c.Tool), nil)
+	}
+
+	// Admission: the per-tool cap, then a global slot (queueing if there
+	// is room). A refusal means the call provably did not run.
+	select {
+	case e.inflight <- struct{}{}:
+	default:
+		s.metrics.reject(string(RefusedToolBusy))
+		return Outcome{Refused: RefusedToolBusy}
+	}
+	ctx, cancel := context.WithDeadline(ctx, c.Deadline)
+	defer cancel()
+	admitted, qerr := s.adm.enter(ctx)
+	if !admitted {
+		<-e.inflight
+		switch {
+		case qerr == nil:
+			s.metrics.reject(string(RefusedOverCapacity))
+			return Outcome{Refused: RefusedOverCapacity}
+		case errors.Is(qerr, context.DeadlineExceeded):
+			return fail(toolerr.New(toolerr.DeadlineExceeded, "the %d ms deadline passed while the call waited for a slot", timeout.Milliseconds()).WithTool(c.Tool), nil)
+		default:
+			out.Gone = true
+			return fail(toolerr.New(toolerr.Cancelled, "the caller went away while the call waited for a slot").WithTool(c.Tool), nil)
+		}
+	}
+
+	// The guest runs on its own goroutine so that the outcome can be
+	// returned at the deadline without waiting for it; its slots are
+	// released when it has really stopped.
+	callID := executor.NewCallID()
+	rec.callID, out.CallID, out.ran, out.input = callID, callID, true, c.Input
+	if c.Running != nil {
+		c.Running(callID)
+	}
+	type result struct {
+		res *executor.Result
+		err error
+	}
+	done := make(chan result, 1)
+	cat.hold() // the guest may outlive this call (answered at the deadline)
+	guestOwnsRelease = true
+	s.guests.Add(1)
+	s.activeGuests.Add(1)
+	go func() {
+		var r result
+		// The slots are released before the outcome is handed over, so a
+		// client that gets its answer and calls again at once never finds
+		// its own finished call still counted.
+		func() {
+			defer func() {
+				s.adm.leave()
+				<-e.inflight
+				release()
+				cat.release()
+				s.activeGuests.Add(-1)
+				s.guests.Done()
+			}()
+			r.res, r.err = e.tool.Invoke(ctx, executor.Request{CallID: callID, Input: c.Input, Context: c.Context})
+		}()
+		done <- r
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return fail(toolerr.New(toolerr.DeadlineExceeded, "the %d ms deadline passed before the handler finished", timeout.Milliseconds()).WithTool(c.Tool), nil)
+		}
+		// The caller went away: the guest is being cancelled; wait for it
+		// to stop so that the record carries what it used.
+		r = <-done
+		if r.err == nil {
+			r.err = toolerr.New(toolerr.Cancelled, "the caller closed the connection")
+		}
+		if te := toolerr.As(r.err); te.Code != toolerr.Cancelled {
+			r.err = toolerr.Wrap(toolerr.Cancelled, te, "the caller closed the connection")
+		}
+	}
+	var usage *executor.Usage
+	if r.res != nil {
+		u := r.res.Usage
+		usage = &u
+		s.metrics.egressAttempts(mid, r.res.Egress)
+	}
+	if r.err == nil {
+		out.Output, out.Usage = r.res.Output, usage
+		s.finish(rec, mid, nil, usage)
+		return out
+	}
+	return fail(toolerr.As(r.err).WithTool(c.Tool), usage)
+}
+
+// finish writes the call record and the call's metrics. The outcome label
+// is "ok", the wire code of te, or "internal-error"; the record's code is
+// the native code when the wire code differs or te has details.
+func (s *Server) finish(rec *callRecord, mid string, te *toolerr.Error, usage *executor.Usage) {
+	switch code, ok := wireCode(te); {
+	case te == nil:
+		rec.outcome = "ok"
+	case ok:
+		rec.outcome = string(code)
+		if string(code) != string(te.Code) || len(te.Details) > 0 {
+			rec.code = string(te.Code)
+		}
+	default:
+		rec.outcome, rec.code = "internal-error", string(te.Code)
+	}
+	s.record(rec)
+	s.metrics.call(mid, rec.outcome, time.Since(rec.start).Seconds(), usage != nil, usageCPU(usage), usagePeak(usage))
+}
+
+func wireCode(te *toolerr.Error) (WireCode, bool) {
+	if te == nil {
+		return "", false
+	}
+	return WireCodeOf(te.Code)
+}
+
+// CatalogTool is one tool of the serving catalog as adapters list it.
+type CatalogTool struct {
+	// ID is the tool id.
+	ID string
+	// Version is the version a caller may pin ("" when none).
+	Version string
+	// Manifest is the tool's manifest (read-only).
+	Manifest *manifest.Manifest
+}
+
+// Tools lists the serving catalog's tools, sorted by id.
+func (s *Server) Tools() []CatalogTool {
+	c := s.current()
+	defer c.release()
+	out := make([]CatalogTool, 0, len(c.order))
+	for _, id := range c.order {
+		e := c.tools[id]
+		out = append(out, CatalogTool{ID: id, Version: e.version, Manifest: e.tool.Manifest()})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// OnReload registers fn to be called after every successful Reload (an
+// adapter that lists tools refreshes its list). fn must not block.
+func (s *Server) OnReload(fn func()) {
+	s.hookMu.Lock()
+	s.reloadHooks = append(s.reloadHooks, fn)
+	s.hookMu.Unlock()
+}
+
+func (s *Server) reloaded() {
+	s.hookMu.Lock()
+	hooks := append([]func(){}, s.reloadHooks...)
+	s.hookMu.Unlock()
+	for _, fn := range hooks {
+		fn()
+	}
+}
+
+// validated returns input validated against the tool's input schema with
+// defaults filled, for the envelope's projection; the raw input when the
+// tool declares no projection (it is not used then) or it cannot be
+// validated again.
+func (e *entry) validated(input []byte) []byte {
+	m := e.tool.Manifest()
+	x, _ := m.Metadata[events.MetaKey].(map[string]any)
+	if _, mapped := x["input"]; !mapped {
+		return input
+	}
+	e.schemaOnce.Do(func() { e.schema, _ = manifest.Load(e.spec) })
+	if e.schema == nil {
+		return input
+	}
+	mem, _ := e.tool.Limits()
+	v, err := e.schema.ValidateInputWithin(input, mem*limits.MiB)
+	if err != nil {
+		return input
+	}
+	return v
+}
