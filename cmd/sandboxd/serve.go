@@ -164,6 +164,7 @@ func cmdServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	if *poolSize >= 0 {
 		cfg = cfg.WithPoolSize(*poolSize)
 	}
+	ociOpts.log = plog // artifact-resolve/-download/-failed events: boot progress
 	oci, err := ociOpts.resolver()
 	if err != nil {
 		plog.Error("config-invalid", "problems", []string{err.Error()})
@@ -227,6 +228,7 @@ func cmdServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		for {
 			select {
 			case <-hup:
+				oci.ForgetTags()    // a reload re-resolves tags, whatever the tag TTL
 				_ = srv.Reload(ctx) // failures are logged as reload-failed; SIGTERM abandons a reload
 			case <-ctx.Done():
 				return
