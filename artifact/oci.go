@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -47,6 +48,7 @@ const (
 // every With method returns a changed copy. Start from NewOCIConfig;
 // NewOCI validates it.
 type OCIConfig struct {
+	log            *slog.Logger
 	requestTimeout time.Duration
 	cacheDir       string
 	insecure       []string
@@ -98,6 +100,16 @@ func (c OCIConfig) WithKeychain(k authn.Keychain) OCIConfig {
 // re-resolves it. 0 re-resolves on every call.
 func (c OCIConfig) WithTagTTL(d time.Duration) OCIConfig {
 	c.tagTTL = d
+	return c
+}
+
+// WithLogger has the resolver log its registry work as events on l:
+// artifact-resolve (a ref being resolved), artifact-download (a blob
+// fetched from a registry: at the start, every 5 s while a large one
+// streams, and at the end with bytes and milliseconds), and
+// artifact-failed. nil (the default) logs nothing.
+func (c OCIConfig) WithLogger(l *slog.Logger) OCIConfig {
+	c.log = l
 	return c
 }
 
@@ -635,6 +647,15 @@ func (o *OCI) Resolve(ctx context.Context, ref Ref) (*Module, error) {
 	if err != nil {
 		return nil, err
 	}
+	o.logInfo("artifact-resolve", "imageRef", ref.ImageRef, "modulePath", ref.ModulePath)
+	m, err := o.resolve(ctx, r, ref)
+	if err != nil {
+		o.logError("artifact-failed", "imageRef", ref.ImageRef, "modulePath", ref.ModulePath, "error", err.Error())
+	}
+	return m, err
+}
+
+func (o *OCI) resolve(ctx context.Context, r *imageRef, ref Ref) (*Module, error) {
 	op, err := o.open(ctx, r)
 	if err != nil {
 		return nil, err
@@ -647,6 +668,27 @@ func (o *OCI) Resolve(ctx context.Context, ref Ref) (*Module, error) {
 		return nil, err
 	}
 	return &Module{Bytes: b, Digest: d, Source: op.art.Ref + "#" + ref.ModulePath}, nil
+}
+
+func (o *OCI) logInfo(kind string, args ...any) {
+	if o.cfg.log != nil {
+		o.cfg.log.Info(kind, args...)
+	}
+}
+
+func (o *OCI) logError(kind string, args ...any) {
+	if o.cfg.log != nil {
+		o.cfg.log.Error(kind, args...)
+	}
+}
+
+// ForgetTags drops every remembered tag → digest resolution, so the next
+// resolve of a tag asks the registry (serve calls it on SIGHUP: a reload
+// must see where tags point now, not within the tag TTL).
+func (o *OCI) ForgetTags() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	clear(o.tags)
 }
 
 // checkVersion compares a ref's artifactVersion with the artifact's

@@ -273,6 +273,35 @@ func (s *remoteSource) download(ctx context.Context, d string, size int64, progr
 	if size > s.o.cfg.maxBlob {
 		return toolerr.New(toolerr.ArtifactRefused, "blob %s is %d bytes, over the %d-byte cap", d, size, s.o.cfg.maxBlob)
 	}
+	start := time.Now()
+	repo := s.ref.repo.Name()
+	s.o.logInfo("artifact-download", "repo", repo, "digest", d, "size", size, "state", "started")
+	if s.o.cfg.log != nil && size > largeBlob {
+		inner := progress
+		var last time.Time
+		progress = func(n int64) {
+			if inner != nil {
+				inner(n)
+			}
+			if now := time.Now(); now.Sub(last) >= 5*time.Second {
+				if !last.IsZero() {
+					s.o.logInfo("artifact-download", "repo", repo, "digest", d, "size", size, "state", "progress", "bytes", n, "ms", now.Sub(start).Milliseconds())
+				}
+				last = now
+			}
+		}
+	}
+	err := s.fetch(ctx, d, size, progress)
+	if err == nil {
+		s.o.logInfo("artifact-download", "repo", repo, "digest", d, "size", size, "state", "done", "ms", time.Since(start).Milliseconds())
+	}
+	return err
+}
+
+// largeBlob is the size above which a download logs its progress.
+const largeBlob = 4 << 20
+
+func (s *remoteSource) fetch(ctx context.Context, d string, size int64, progress func(int64)) error {
 	var last error
 	for attempt := 1; attempt <= retryAttempts; attempt++ {
 		if attempt > 1 {

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -29,6 +30,8 @@ type ociFlags struct {
 	cacheDir   string
 	timeout    time.Duration
 	regTimeout time.Duration
+	// log, when set, receives the resolver's artifact-* events (serve).
+	log *slog.Logger
 }
 
 func (f *ociFlags) register(fs *flag.FlagSet, withTimeout bool) {
@@ -42,7 +45,7 @@ func (f *ociFlags) register(fs *flag.FlagSet, withTimeout bool) {
 
 // resolver builds the OCI resolver the flags describe.
 func (f *ociFlags) resolver() (*artifact.OCI, error) {
-	cfg := artifact.NewOCIConfig().WithInsecureRegistries(f.insecure...).WithRequestTimeout(f.regTimeout)
+	cfg := artifact.NewOCIConfig().WithInsecureRegistries(f.insecure...).WithRequestTimeout(f.regTimeout).WithLogger(f.log)
 	if f.cacheDir != "" {
 		cfg = cfg.WithCacheDir(f.cacheDir)
 	}
