@@ -135,7 +135,10 @@ func parseEntry(s string) (Entry, string) {
 			return e, "empty port"
 		}
 	}
-	if strings.Contains(hostPart, "/") {
+	if before, after, ok := strings.Cut(hostPart, "/"); ok {
+		if _, isIP := strictIPv4(before); !isIP || after == "" || strings.Trim(after, "0123456789") != "" {
+			return e, fmt.Sprintf("an entry is [scheme://]host[:port], with no path (%q); a CIDR is a.b.c.d/n", "/"+after)
+		}
 		return e.finishIP(hostPart, portPart, false)
 	}
 	if err := e.setPort(portPart); err != "" {
