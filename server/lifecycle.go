@@ -38,31 +38,55 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return err
 	case <-ctx.Done():
 	}
-	abandoned := s.Drain()
-	// Connections still busy after a drain that gave up are stuck in calls
-	// that will not finish: close them at once instead of waiting again.
-	grace := time.Second
-	if abandoned > 0 {
-		grace = 50 * time.Millisecond
+	// The drain bound is exact: calls, answers and connections all get
+	// the same deadline, DrainTimeout after the signal, and nothing waits
+	// past it.
+	begun := time.Now()
+	deadline := begun.Add(s.opts.DrainTimeout)
+	if s.drainUntil(deadline) == 0 {
+		// Every call is answered (and flushed: see handleInvoke). A short
+		// graceful shutdown closes the idle keep-alive connections at once
+		// and lets another route's answer being written finish; it does not
+		// wait for a connection that never sends a request (http.Server
+		// would, for 5 s), nor past the deadline.
+		by := time.Now().Add(shutdownGrace)
+		if deadline.Before(by) {
+			by = deadline
+		}
+		sctx, cancel := context.WithDeadline(context.Background(), by)
+		_ = hs.Shutdown(sctx)
+		cancel()
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	_ = hs.Shutdown(sctx)
 	_ = hs.Close()
-	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+	err := <-errc
+	// abandoned counts the calls whose answer had not been written when
+	// the connections closed (their clients got none): not the calls still
+	// running when the drain gave up, some of which may have answered in
+	// between. A guest still stopping after its call was answered (at its
+	// deadline) is counted apart: its client has its answer.
+	abandoned := s.active.Load()
+	s.log.Info("stopped", "abandoned", abandoned, "guestsStopping", s.activeGuests.Load(),
+		"drainMs", time.Since(begun).Milliseconds())
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
-	s.log.Info("stopped", "abandoned", abandoned)
 	return nil
 }
+
+// shutdownGrace bounds the graceful part of closing the connections once
+// every call is answered.
+const shutdownGrace = 50 * time.Millisecond
 
 // Drain stops admitting calls (new invokes and /readyz answer 503) and
 // waits up to DrainTimeout for the calls already accepted, guests included:
 // a call answered at its deadline still has a guest stopping, and its
 // failed event comes when it has. It returns how many were still running
-// when it gave up (0 when all finished). It emits
-// the draining event. Calling it again waits again.
-func (s *Server) Drain() int {
+// when it gave up (0 when all finished). It emits the draining event.
+// Calling it again waits again. Serve drains by itself.
+func (s *Server) Drain() int { return s.drainUntil(time.Now().Add(s.opts.DrainTimeout)) }
+
+// drainUntil is Drain with an absolute deadline.
+func (s *Server) drainUntil(deadline time.Time) int {
 	s.lifeMu.Lock()
 	s.draining = true
 	s.lifeMu.Unlock()
@@ -73,10 +97,12 @@ func (s *Server) Drain() int {
 		s.guests.Wait() // guests still stopping after their call was answered
 		close(done)
 	}()
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
 	select {
 	case <-done:
 		return 0
-	case <-time.After(s.opts.DrainTimeout):
+	case <-t.C:
 		return int(max(s.active.Load(), s.activeGuests.Load()))
 	}
 }

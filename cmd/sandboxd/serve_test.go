@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -337,4 +338,137 @@ func duplicateKey(line []byte) string {
 		}
 	}
 	return ""
+}
+
+// Regression (issue 16 item 4): the real binary's exit after SIGTERM is
+// bounded by --drain-timeout exactly. It waited up to a second more for a
+// connection that never sent a request (http.Server.Shutdown's grace), and
+// logged abandoned: 1 for a call answered during that grace.
+func TestServeDrainBound(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "sandboxd")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	tools := t.TempDir()
+	loop := writeManifest(t, "loop", map[string]any{"id": "t.loop", "limits": map[string]any{"memMB": 16, "cpuMs": 300000}})
+	b, _ := os.ReadFile(loop)
+	_ = os.WriteFile(filepath.Join(tools, "loop.json"), b, 0o644)
+	const drain = 500 * time.Millisecond
+	for _, tc := range []struct {
+		name          string
+		callTimeoutMs int // 0: no call
+		wantAbandoned float64
+		min, max      time.Duration
+	}{
+		{"idle connection, no call", 0, 0, 0, drain},
+		{"a call answered inside the drain", 300, 0, 0, drain + 300*time.Millisecond},
+		{"a call outliving the drain", 20000, 1, drain, drain + 600*time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(bin, "serve", "--tools", tools, "--dev", "--cache-dir", cacheDir(t), "--drain-timeout", drain.String())
+			cmd.Env = append(os.Environ(), tokenEnv+"=tok", "PORT=0")
+			var stderr syncWriter
+			cmd.Stderr, cmd.Stdout = &stderr, io.Discard
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer cmd.Process.Kill()
+			var port int
+			deadline := time.Now().Add(60 * time.Second)
+			for port == 0 && time.Now().Before(deadline) {
+				if ev := processEvents(t, stderr.String(), "listening"); len(ev) == 1 {
+					port = int(ev[0]["port"].(float64))
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if port == 0 {
+				t.Fatalf("no listening event: %s", stderr.String())
+			}
+			base := fmt.Sprintf("http://127.0.0.1:%d", port)
+			idle, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)) // never sends a request
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer idle.Close()
+			answered := make(chan int, 1)
+			if tc.callTimeoutMs > 0 {
+				go func() {
+					req, _ := http.NewRequest("POST", base+"/v1/invoke", strings.NewReader(`{"v":2,"kind":"invoke","tool":{"id":"t.loop"},"input":{},"ctx":{"tenantId":"t","runId":"r"}}`))
+					req.Header.Set("content-type", "application/json")
+					req.Header.Set("kindgi-pack-token", "tok")
+					req.Header.Set("kindgi-timeout-ms", fmt.Sprint(tc.callTimeoutMs))
+					res, err := http.DefaultClient.Do(req)
+					if err != nil {
+						answered <- -1
+						return
+					}
+					_, err = io.ReadAll(res.Body)
+					res.Body.Close()
+					if err != nil {
+						answered <- -1
+						return
+					}
+					answered <- res.StatusCode
+				}()
+				for !strings.Contains(metrics(base), "\nsandboxd_inflight_calls 1\n") {
+					if time.Now().After(deadline) {
+						t.Fatal("the call never ran")
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			begun := time.Now()
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			err = cmd.Wait()
+			exited := time.Since(begun)
+			st := processEvents(t, stderr.String(), "stopped")
+			t.Logf("--drain-timeout %v, %s: exit after %v, stopped %v", drain, tc.name, exited, st)
+			if err != nil {
+				t.Errorf("exit: %v", err)
+			}
+			if exited < tc.min || exited > tc.max {
+				t.Errorf("exit after %v, want within [%v, %v]", exited, tc.min, tc.max)
+			}
+			if len(st) != 1 || st[0]["abandoned"] != tc.wantAbandoned {
+				t.Errorf("stopped %v, want abandoned %v", st, tc.wantAbandoned)
+			}
+			if tc.callTimeoutMs > 0 {
+				got := <-answered
+				if (tc.wantAbandoned == 0) != (got == 200) {
+					t.Errorf("client got %d with abandoned %v", got, tc.wantAbandoned)
+				}
+			}
+		})
+	}
+}
+
+func metrics(base string) string {
+	res, err := http.Get(base + "/metrics")
+	if err != nil {
+		return ""
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return string(b)
+}
+
+// syncWriter is a goroutine-safe buffer for a child's stderr.
+type syncWriter struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }
