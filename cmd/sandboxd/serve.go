@@ -41,7 +41,7 @@ func cmdServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		addr        = fs.String("addr", "", "listen address HOST:PORT (default: --host and $PORT)")
 		host        = fs.String("host", "127.0.0.1", "listen host when --addr is not given")
 		dev         = fs.Bool("dev", false, "allow filesystem codeArtifactRefs (local development only)")
-		eventsDest  = fs.String("events", "", "write tool-call lifecycle events as JSON lines to this file, or - for stdout")
+		eventsDest  = fs.String("events", "", "write tool-call lifecycle events as JSON lines to this file, or - for stderr (as run), beside the process events")
 		maxConc     = fs.Int("max-concurrency", 0, "calls running at once (default $KINDGI_PACK_SERVICE_MAX_CONCURRENCY, else 16)")
 		queue       = fs.Int("queue", 0, "calls waiting for a slot before 503 (default 4 × max-concurrency; -1: none)")
 		perTool     = fs.Int("per-tool-concurrency", 0, "calls running at once per tool (default 3/4 of max-concurrency)")
@@ -142,7 +142,7 @@ func cmdServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	var rec *events.Recorder
 	if *eventsDest != "" {
 		var err error
-		if rec, err = events.Open(*eventsDest, stdout); err != nil {
+		if rec, err = events.Open(*eventsDest, stderr); err != nil {
 			plog.Error("config-invalid", "problems", []string{"--events: " + err.Error()})
 			return exitError
 		}
