@@ -2,6 +2,7 @@ package registrytest
 
 import (
 	"bytes"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -34,6 +35,21 @@ type Registry struct {
 // CI=true: then a missing registry fails the test.
 func Start(t testing.TB) *Registry {
 	t.Helper()
+	return StartWith(t, Options{})
+}
+
+// Options configure a registry started by StartWith.
+type Options struct {
+	// TLSCert and TLSKey (PEM files) make the registry serve HTTPS only.
+	TLSCert, TLSKey string
+	// Htpasswd (a file of user:bcrypt-hash lines) makes it demand basic
+	// auth (docker-registry's htpasswd auth).
+	Htpasswd string
+}
+
+// StartWith is Start with TLS and/or htpasswd auth.
+func StartWith(t testing.TB, opts Options) *Registry {
+	t.Helper()
 	bin, err := exec.LookPath(Binary)
 	if err != nil {
 		if os.Getenv("CI") == "true" {
@@ -44,7 +60,7 @@ func Start(t testing.TB) *Registry {
 	dir := t.TempDir()
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		r, err := startOnce(bin, dir)
+		r, err := startOnce(bin, dir, opts)
 		if err == nil {
 			t.Cleanup(r.Stop)
 			return r
@@ -64,7 +80,7 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func startOnce(bin, dir string) (*Registry, error) {
+func startOnce(bin, dir string, opts Options) (*Registry, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -88,6 +104,12 @@ http:
   addr: %s
   secret: registrytest-not-secret
 `, storage, host)
+	if opts.TLSCert != "" {
+		cfg += fmt.Sprintf("  tls:\n    certificate: %s\n    key: %s\n", opts.TLSCert, opts.TLSKey)
+	}
+	if opts.Htpasswd != "" {
+		cfg += fmt.Sprintf("auth:\n  htpasswd:\n    realm: registrytest\n    path: %s\n", opts.Htpasswd)
+	}
 	cfgPath := filepath.Join(dir, fmt.Sprintf("config-%d.yml", port))
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return nil, err
@@ -103,17 +125,23 @@ http:
 	r := &Registry{Host: host, cmd: cmd, out: out, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(r.done) }()
 	deadline := time.Now().Add(15 * time.Second)
-	client := &http.Client{Timeout: time.Second}
+	// The readiness probe only asks whether the registry answers: it does
+	// not check the certificate (the tests' clients do).
+	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	scheme := "http"
+	if opts.TLSCert != "" {
+		scheme = "https"
+	}
 	for time.Now().Before(deadline) {
 		select {
 		case <-r.done:
 			return nil, fmt.Errorf("%s exited early: %s", Binary, r.Output())
 		default:
 		}
-		resp, err := client.Get("http://" + host + "/v2/")
+		resp, err := client.Get(scheme + "://" + host + "/v2/")
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			if resp.StatusCode == http.StatusOK || opts.Htpasswd != "" && resp.StatusCode == http.StatusUnauthorized {
 				return r, nil
 			}
 		}
