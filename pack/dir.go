@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/sandboxd/sandboxd/artifact"
+	"github.com/sandboxd/sandboxd/toolerr"
 )
 
 // ManifestPatterns are the files of a directory that are tool manifests,
@@ -180,7 +181,7 @@ func readKindgiPack(dir, abs, pf string, data []byte) (*Pack, []Problem) {
 	for i, raw := range kp.Tools {
 		b, base, src, err := entry("tools", i, raw)
 		if err != nil {
-			problems = append(problems, Problem{Path: src, Message: err.Error()})
+			problems = append(problems, problemOf("", src, err))
 			continue
 		}
 		id, version := manifestHead(b)
@@ -189,7 +190,7 @@ func readKindgiPack(dir, abs, pf string, data []byte) (*Pack, []Problem) {
 	for i, raw := range kp.Guardrails {
 		b, base, src, err := entry("guardrails", i, raw)
 		if err != nil {
-			problems = append(problems, Problem{Path: src, Message: err.Error()})
+			problems = append(problems, problemOf("", src, err))
 			continue
 		}
 		if lines, err := validateAgainst(guardrailSchemaURL, b); err != nil || lines != nil {
@@ -197,7 +198,7 @@ func readKindgiPack(dir, abs, pf string, data []byte) (*Pack, []Problem) {
 			if lines != nil {
 				msg = "not valid against Kindgi's guardrail.schema.json 1.1.0: " + strings.Join(lines, "; ")
 			}
-			problems = append(problems, Problem{Path: src, Message: msg})
+			problems = append(problems, Problem{Path: src, Code: toolerr.InvalidToolDefinition, Message: msg})
 			continue
 		}
 		var g kindgiGuardrail
@@ -213,7 +214,7 @@ func readKindgiPack(dir, abs, pf string, data []byte) (*Pack, []Problem) {
 			source: src, baseDir: base,
 		})
 		if err != nil {
-			problems = append(problems, Problem{ID: c.ID, Path: src, Message: err.Error()})
+			problems = append(problems, problemOf(c.ID, src, err))
 			continue
 		}
 		p.Checks = append(p.Checks, c)

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/sandboxd/sandboxd/artifact"
+	"github.com/sandboxd/sandboxd/toolerr"
 )
 
 // IndexTool is a pack index tool entry (pack-index.schema.json
@@ -134,7 +135,7 @@ func (s IndexSource) Read() (*Pack, []Problem) {
 		src := fmt.Sprintf("%s#/tools/%d", s.Index, i)
 		tool, err := indexTool(root, s, t, src)
 		if err != nil {
-			problems = append(problems, Problem{ID: t.ID, Path: t.ModulePath, Message: err.Error()})
+			problems = append(problems, problemOf(t.ID, t.ModulePath, err))
 			continue
 		}
 		p.Tools = append(p.Tools, tool)
@@ -143,7 +144,7 @@ func (s IndexSource) Read() (*Pack, []Problem) {
 		src := fmt.Sprintf("%s#/guardrails/%d", s.Index, i)
 		c, err := indexCheck(root, s, g, src)
 		if err != nil {
-			problems = append(problems, Problem{ID: c.ID, Path: g.CheckModulePath, Message: err.Error()})
+			problems = append(problems, problemOf(c.ID, g.CheckModulePath, err))
 			continue
 		}
 		p.Checks = append(p.Checks, c)
@@ -216,7 +217,7 @@ func (p *Pack) finish() []Problem {
 		var drop []int
 		for i := 1; i < n; i++ {
 			if id(i) == id(i-1) {
-				problems = append(problems, Problem{ID: id(i), Path: src(i), Message: fmt.Sprintf("duplicate %s id: %s declares it too", what, src(i-1))})
+				problems = append(problems, Problem{ID: id(i), Path: src(i), Code: toolerr.InvalidToolDefinition, Message: fmt.Sprintf("duplicate %s id: %s declares it too", what, src(i-1))})
 				drop = append(drop, i)
 			}
 		}

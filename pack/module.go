@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/sandboxd/sandboxd/artifact"
+	"github.com/sandboxd/sandboxd/toolerr"
 )
 
 // ModuleCandidates lists, in order, the files under the module root that
@@ -40,7 +41,7 @@ func ModuleCandidates(modulePath string, bm BundleMap) ([]string, error) {
 func readModule(root *os.Root, rootDir, modulePath string, bm BundleMap) ([]byte, error) {
 	candidates, err := ModuleCandidates(modulePath, bm)
 	if err != nil {
-		return nil, err
+		return nil, toolerr.Wrap(toolerr.InvalidToolDefinition, err, "")
 	}
 	var tried []string
 	for _, c := range candidates {
@@ -50,7 +51,7 @@ func readModule(root *os.Root, rootDir, modulePath string, bm BundleMap) ([]byte
 		}
 		tried = append(tried, fmt.Sprintf("%s: %v", filepath.Join(rootDir, filepath.FromSlash(c)), err))
 	}
-	return nil, fmt.Errorf("module not loadable: %s", strings.Join(tried, "; "))
+	return nil, toolerr.New(toolerr.ArtifactUnavailable, "module not loadable: %s", strings.Join(tried, "; "))
 }
 
 // readIn reads the regular file name under root, at most max bytes.

@@ -2,8 +2,11 @@ package pack
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/sandboxd/sandboxd/toolerr"
 )
 
 // Pack is a pack read but not loaded: its identity, its tools and its
@@ -75,8 +78,22 @@ type Problem struct {
 	// ID is the tool id or check id concerned, "" for the pack itself.
 	ID string `json:"id,omitempty"`
 	// Path is the file or index entry concerned, when there is one.
-	Path    string `json:"path,omitempty"`
-	Message string `json:"message"`
+	Path string `json:"path,omitempty"`
+	// Code is the native code of the problem: artifact-unavailable for a
+	// module that cannot be read, invalid-tool-definition otherwise.
+	Code    toolerr.Code `json:"code,omitempty"`
+	Message string       `json:"message"`
+}
+
+// problemOf makes err, about the entry id at path, a Problem.
+func problemOf(id, path string, err error) Problem {
+	code := toolerr.InvalidToolDefinition
+	var te *toolerr.Error
+	if errors.As(err, &te) {
+		code = te.Code
+		return Problem{ID: id, Path: path, Code: code, Message: te.Message}
+	}
+	return Problem{ID: id, Path: path, Code: code, Message: err.Error()}
 }
 
 func (p Problem) String() string {
