@@ -71,11 +71,18 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	switch args[0] {
 	case "--version":
 		args = []string{"version"}
-	case "help", "-h", "--help":
-		if len(args) > 1 {
-			if c, ok := commands[args[1]]; ok {
-				return c.run(ctx, []string{"-h"}, stdin, stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		switch {
+		case len(args) > 2:
+			fmt.Fprintf(stderr, "sandboxd help: one command at most, got %s\n\n%s", strings.Join(args[1:], " "), usageText())
+			return exitUsage
+		case len(args) == 2:
+			c, ok := commands[args[1]]
+			if !ok {
+				fmt.Fprintf(stderr, "sandboxd help: unknown command %q\n\n%s", args[1], usageText())
+				return exitUsage
 			}
+			return showHelp(ctx, c, stdin, stdout)
 		}
 		fmt.Fprint(stdout, usageText())
 		return exitOK
@@ -85,7 +92,32 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintf(stderr, "sandboxd: unknown command %q\n\n%s", args[0], usageText())
 		return exitUsage
 	}
+	if wantsHelp(args[1:]) {
+		return showHelp(ctx, c, stdin, stdout)
+	}
 	return c.run(ctx, args[1:], stdin, stdout, stderr)
+}
+
+// showHelp prints a command's usage on stdout and returns 0: help that was
+// asked for (sandboxd help CMD, sandboxd CMD --help) is the command's
+// output, while usage printed for a bad flag goes to stderr with exit 2.
+// Every command prints its usage to its stderr writer and returns 0 on -h.
+func showHelp(ctx context.Context, c command, stdin io.Reader, stdout io.Writer) int {
+	return c.run(ctx, []string{"-h"}, stdin, stdout, stdout)
+}
+
+// wantsHelp reports whether args, the arguments after a command name, ask
+// for help (-h, -help or --help before a "--").
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help":
+			return true
+		}
+	}
+	return false
 }
 
 // stringList is a repeatable flag.
@@ -105,7 +137,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		envs         stringList
 	)
 	fs.Var(&envs, "env", "NAME=VALUE for a needsSpec.env value (repeatable)")
-	eventsDest := fs.String("events", "", "write the call's lifecycle events (pending → in_progress → completed|failed) as JSON lines to this file; - writes them to stderr, since stdout carries only the envelope")
+	eventsDest := fs.String("events", "", "write the call's lifecycle events (pending → in_progress → completed|failed) as JSON lines to this file, or - for stderr (as serve; stdout carries only the envelope)")
 	var execOpts execFlags
 	execOpts.register(fs)
 	var ociOpts ociFlags

@@ -159,6 +159,8 @@ func TestUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{},
 		{"frobnicate"},
+		{"help", "frobnicate"},
+		{"help", "run", "serve"},
 		{"run", "--no-such-flag"},
 		{"run", "--manifest", p},
 		{"run", "--manifest", "/nonexistent/tool.json", "--input", "-"},
@@ -272,5 +274,33 @@ func TestVersionStampedBuild(t *testing.T) {
 	t.Logf("sandboxd version:\n%s", out)
 	if !strings.HasPrefix(string(out), "sandboxd v9.8.7-test\ncommit "+strings.TrimSpace(string(head))) {
 		t.Fatalf("version = %q, want the stamp and commit %s", out, head)
+	}
+}
+
+// Help that was asked for is output: the same text on stdout, exit 0,
+// whichever way it was asked; bad flags print usage on stderr, exit 2.
+func TestHelpStreams(t *testing.T) {
+	for _, name := range []string{"run", "serve", "conformance", "push", "pull", "inspect"} {
+		want := ""
+		for _, args := range [][]string{{"help", name}, {name, "--help"}, {name, "-h"}, {"--help", name}} {
+			code, stdout, stderr := runCLI(t, "", args...)
+			if code != 0 || stderr != "" || !strings.Contains(stdout, "sandboxd "+name) {
+				t.Errorf("%q: exit %d, stdout %d bytes, stderr %q", args, code, len(stdout), stderr)
+				continue
+			}
+			if want == "" {
+				want = stdout
+			} else if stdout != want {
+				t.Errorf("%q printed other help than %q", args, []string{"help", name})
+			}
+		}
+	}
+	code, stdout, stderr := runCLI(t, "", "help")
+	if code != 0 || stderr != "" || !strings.Contains(stdout, "sandboxd help COMMAND") {
+		t.Errorf("help: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	code, stdout, stderr = runCLI(t, "", "help", "frobnicate")
+	if code != exitUsage || stdout != "" || !strings.Contains(stderr, `unknown command "frobnicate"`) {
+		t.Errorf("help frobnicate: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }
