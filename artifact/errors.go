@@ -104,10 +104,6 @@ func registryError(ctx context.Context, err error, step string, auth authInfo, a
 	if errors.As(err, &he) {
 		return statusError(err, he, step, auth, attempts)
 	}
-	var pe *plainHTTPError
-	if errors.As(err, &pe) {
-		return newErr(toolerr.ArtifactUnavailable, err, "%s: %s", step, pe.Error())
-	}
 	var ue x509.UnknownAuthorityError
 	var he2 x509.HostnameError
 	var ce x509.CertificateInvalidError
@@ -118,6 +114,12 @@ func registryError(ctx context.Context, err error, step string, auth authInfo, a
 		return newErr(toolerr.ArtifactUnavailable, err, "%s: the certificate of %s is not valid for that name (%v)", step, auth.registry, he2.Error())
 	case errors.As(err, &ce):
 		return newErr(toolerr.ArtifactUnavailable, err, "%s: the certificate of %s is invalid (%v)", step, auth.registry, ce.Error())
+	}
+	var pe *plainHTTPError
+	if errors.As(err, &pe) {
+		return newErr(toolerr.ArtifactUnavailable, err, "%s: %s", step, pe.Error())
+	}
+	switch {
 	case strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
 		return newErr(toolerr.ArtifactUnavailable, err, "%s: %s speaks plain HTTP; for a loopback registry pass --insecure-registry %s", step, auth.registry, auth.registry)
 	case strings.Contains(err.Error(), "http: server gave HTTP response") || strings.Contains(err.Error(), "malformed HTTP response"):
@@ -154,6 +156,8 @@ func statusError(err error, he *transport.Error, step string, auth authInfo, att
 		}
 	}
 	switch {
+	case code == http.StatusBadRequest && strings.Contains(err.Error(), "HTTP request to an HTTPS server"):
+		return newErr(toolerr.ArtifactUnavailable, err, "%s: %s serves TLS, not plain HTTP: drop --insecure-registry %s (trust a private CA with --registry-ca FILE)", step, auth.registry, auth.registry)
 	case code == http.StatusNotFound:
 		return newErr(toolerr.ArtifactUnavailable, err, "%s: not found (404)", step)
 	case code == http.StatusUnauthorized || code == http.StatusForbidden:

@@ -48,6 +48,8 @@ const (
 // every With method returns a changed copy. Start from NewOCIConfig;
 // NewOCI validates it.
 type OCIConfig struct {
+	caFiles        []string
+	certsDir       string
 	log            *slog.Logger
 	requestTimeout time.Duration
 	cacheDir       string
@@ -62,7 +64,7 @@ type OCIConfig struct {
 // its credential helpers; anonymous when it has none), TLS to every
 // registry, DefaultTagTTL, and blobs capped at DefaultMaxModuleSize.
 func NewOCIConfig() OCIConfig {
-	return OCIConfig{keychain: authn.DefaultKeychain, tagTTL: DefaultTagTTL, maxBlob: DefaultMaxModuleSize, requestTimeout: DefaultRequestTimeout}
+	return OCIConfig{certsDir: DefaultCertsDir, keychain: authn.DefaultKeychain, tagTTL: DefaultTagTTL, maxBlob: DefaultMaxModuleSize, requestTimeout: DefaultRequestTimeout}
 }
 
 // DefaultOCICacheDir is sandboxd/oci under the user cache directory.
@@ -100,6 +102,22 @@ func (c OCIConfig) WithKeychain(k authn.Keychain) OCIConfig {
 // re-resolves it. 0 re-resolves on every call.
 func (c OCIConfig) WithTagTTL(d time.Duration) OCIConfig {
 	c.tagTTL = d
+	return c
+}
+
+// WithRegistryCA adds the CA certificates of these PEM files to the roots
+// every registry's certificate is verified against (beside the system
+// roots, SSL_CERT_FILE/SSL_CERT_DIR, and the certs directory).
+func (c OCIConfig) WithRegistryCA(files ...string) OCIConfig {
+	c.caFiles = append([]string(nil), files...)
+	return c
+}
+
+// WithCertsDir sets the docker-style certs directory: the *.crt files of
+// <dir>/<host:port>/ (or <dir>/<host>/ for port 443) are trusted for that
+// registry. Default DefaultCertsDir; "" turns it off.
+func (c OCIConfig) WithCertsDir(dir string) OCIConfig {
+	c.certsDir = dir
 	return c
 }
 
@@ -173,9 +191,15 @@ func NewOCI(cfg OCIConfig) (*OCI, error) {
 		}
 		ins[h] = true
 	}
+	roots, err := newTLSRoots(cfg.caFiles, cfg.certsDir)
+	if err != nil {
+		return nil, fmt.Errorf("artifact: %w", err)
+	}
+	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 	base := &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:           dialer.DialContext,
+		DialTLSContext:        roots.dialTLS(dialer),
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          64,
 		MaxIdleConnsPerHost:   8,
@@ -190,7 +214,7 @@ func NewOCI(cfg OCIConfig) (*OCI, error) {
 		regs:     map[string]*registryClient{},
 		tags:     map[string]tagEntry{},
 	}
-	o.pullTransport = &retryTransport{inner: &schemeGuard{inner: base, insecure: ins}}
+	o.pullTransport = &retryTransport{inner: &schemeGuard{inner: &realmRewriter{inner: base}, insecure: ins}}
 	o.flight.m = map[string]*flightCall{}
 	return o, nil
 }

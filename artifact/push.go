@@ -232,7 +232,7 @@ func (o *OCI) pusher() (*remote.Pusher, error) {
 	o.pushOnce.Do(func() {
 		o.push, o.pushErr = remote.NewPusher(
 			remote.WithAuthFromKeychain(o.cfg.keychain),
-			remote.WithTransport(&schemeGuard{inner: o.base, insecure: o.insecure}),
+			remote.WithTransport(&schemeGuard{inner: &realmRewriter{inner: o.base}, insecure: o.insecure}),
 			remote.WithUserAgent("sandboxd"),
 		)
 	})

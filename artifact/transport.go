@@ -1,11 +1,17 @@
 package artifact
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -127,4 +133,89 @@ func checkRedirect(req *http.Request, via []*http.Request) error {
 		return fmt.Errorf("refusing the redirect from https to %s", req.URL.Redacted())
 	}
 	return nil
+}
+
+// realmPath is where realmRewriter points a rewritten token realm: a path
+// on the registry's own host and scheme, mapped back to the real realm.
+const realmPath = "/.sandboxd-token-realm/"
+
+// realmRewriter lets a registry on a loopback address use a token realm on
+// another loopback address (another port: a local token server), which
+// go-containerregistry's SSRF guard refuses. It rewrites such a realm in
+// WWW-Authenticate challenges to a path on the registry's own host and
+// scheme, and sends requests for that path to the real realm. A realm on
+// any other host, or one that would downgrade https to http, is left
+// alone (and so still refused).
+type realmRewriter struct {
+	inner http.RoundTripper
+
+	mu     sync.Mutex
+	realms map[string]*url.URL
+}
+
+func (t *realmRewriter) RoundTrip(req *http.Request) (*http.Response, error) {
+	if key, ok := strings.CutPrefix(req.URL.Path, realmPath); ok {
+		t.mu.Lock()
+		real := t.realms[key]
+		t.mu.Unlock()
+		if real != nil {
+			u := *req.URL
+			u.Scheme, u.Host, u.Path, u.RawPath = real.Scheme, real.Host, real.Path, real.RawPath
+			req = req.Clone(req.Context())
+			req.URL, req.Host = &u, ""
+		}
+	}
+	resp, err := t.inner.RoundTrip(req)
+	if err != nil || resp.StatusCode != http.StatusUnauthorized {
+		return resp, err
+	}
+	if vs := resp.Header.Values("WWW-Authenticate"); len(vs) > 0 {
+		out := make([]string, len(vs))
+		for i, v := range vs {
+			out[i] = t.rewrite(v, req.URL)
+		}
+		resp.Header["Www-Authenticate"] = out
+	}
+	return resp, nil
+}
+
+// rewrite replaces a loopback realm="…" of a Bearer challenge from the
+// loopback registry at reg.
+func (t *realmRewriter) rewrite(challenge string, reg *url.URL) string {
+	if !strings.HasPrefix(strings.ToLower(strings.TrimSpace(challenge)), "bearer ") {
+		return challenge
+	}
+	i := strings.Index(challenge, `realm="`)
+	if i < 0 {
+		return challenge
+	}
+	j := strings.IndexByte(challenge[i+7:], '"')
+	if j < 0 {
+		return challenge
+	}
+	realm, err := url.Parse(challenge[i+7 : i+7+j])
+	if err != nil || realm.Host == reg.Host || !loopbackHost(realm.Hostname()) || !loopbackHost(reg.Hostname()) {
+		return challenge
+	}
+	if realm.Scheme != reg.Scheme && !(realm.Scheme == "https" && reg.Scheme == "http") {
+		return challenge
+	}
+	sum := sha256.Sum256([]byte(realm.String()))
+	key := hex.EncodeToString(sum[:8])
+	t.mu.Lock()
+	if t.realms == nil {
+		t.realms = map[string]*url.URL{}
+	}
+	t.realms[key] = realm
+	t.mu.Unlock()
+	local := url.URL{Scheme: reg.Scheme, Host: reg.Host, Path: realmPath + key, RawQuery: realm.RawQuery}
+	return challenge[:i+7] + local.String() + challenge[i+7+j:]
+}
+
+func loopbackHost(h string) bool {
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
 }
