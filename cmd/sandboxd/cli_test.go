@@ -4,13 +4,21 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
 // runCLI runs the CLI with a private compilation cache.
@@ -304,3 +312,182 @@ func TestHelpStreams(t *testing.T) {
 		t.Errorf("help frobnicate: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }
+
+// cliLockedBuffer is a goroutine-safe buffer for an in-process serve's
+// stderr.
+type cliLockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *cliLockedBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *cliLockedBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// examples/index/README.md's command: serve --index on the example pack
+// index; every tool answers, /v1/info names the index's pack, and the
+// routes' token rules are those docs/http.md states.
+func TestServeIndexExample(t *testing.T) {
+	t.Setenv(tokenEnv, "dev-token")
+	t.Setenv("PORT", "0")
+	ctx, cancel := context.WithCancel(context.Background())
+	var stdout, stderr cliLockedBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--index", filepath.Join("..", "..", "examples", "index", "index.json"),
+			"--module-root", filepath.Join("..", "..", "examples"), "--cache-dir", cacheDir(t)}, strings.NewReader(""), &stdout, &stderr)
+	}()
+	defer func() {
+		cancel()
+		select {
+		case code := <-done:
+			if code != exitOK {
+				t.Errorf("serve exit %d: %s", code, stderr.String())
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("serve did not stop within 30s of SIGTERM")
+		}
+	}()
+	var port int
+	for deadline := time.Now().Add(60 * time.Second); port == 0; time.Sleep(20 * time.Millisecond) {
+		if ev := processEvents(t, stderr.String(), "listening"); len(ev) == 1 {
+			port = int(ev[0]["port"].(float64))
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("serve exited %d before listening: %s", code, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no listening event within 60s: %s", stderr.String())
+		}
+	}
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	client := &http.Client{Timeout: 30 * time.Second}
+	call := func(method, path, token, body string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if token != "" {
+			req.Header.Set("kindgi-pack-token", token)
+		}
+		if body != "" {
+			req.Header.Set("content-type", "application/json")
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, tc := range []struct{ tool, input, want string }{
+		{"acme.echo", `{"message":"hi","repeat":2}`, `"output":{"echo":"hihi","length":4}`},
+		{"acme.identity", `{"value":[1,"a"]}`, `"output":{"value":[1,"a"]}`},
+		{"acme.lookup", `{"id":7}`, `no such item`},
+	} {
+		code, body := call("POST", "/v1/invoke", "dev-token",
+			`{"v":2,"kind":"invoke","tool":{"id":"`+tc.tool+`","version":"1.0.0"},"input":`+tc.input+`,"ctx":{"tenantId":"t1","runId":"r1"}}`)
+		if code != http.StatusOK || !strings.Contains(body, tc.want) {
+			t.Errorf("%s: HTTP %d %s, want %s", tc.tool, code, body, tc.want)
+		}
+	}
+	code, body := call("GET", "/v1/info", "dev-token", "")
+	var info struct {
+		PackID, PackVersion, ArtifactVersion string
+		Tools                                []struct{ ID, Version string }
+	}
+	if err := json.Unmarshal([]byte(body), &info); err != nil || code != http.StatusOK ||
+		info.PackID != "acme" || info.ArtifactVersion != "20261201.1" || len(info.Tools) != 3 {
+		t.Errorf("/v1/info: HTTP %d %s", code, body)
+	}
+	for _, rt := range []struct {
+		method, path string
+		open         bool
+	}{
+		{"GET", "/v1/info", false}, {"GET", "/v1/tools", false}, {"POST", "/v1/invoke", false},
+		{"GET", "/healthz", true}, {"GET", "/readyz", true}, {"GET", "/metrics", true},
+	} {
+		body := ""
+		if rt.method == "POST" {
+			body = `{}`
+		}
+		code, _ := call(rt.method, rt.path, "", body)
+		if rt.open && code != http.StatusOK || !rt.open && code != http.StatusUnauthorized {
+			t.Errorf("%s %s without a token: HTTP %d, want open=%v", rt.method, rt.path, code, rt.open)
+		}
+	}
+}
+
+// examples/index/index.json is a valid pack index (the vendored schema).
+func TestIndexExampleMatchesSchema(t *testing.T) {
+	root := filepath.Join("..", "..")
+	f, err := os.Open(filepath.Join(root, "spec", "kindgi-pack-index.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	doc, err := jsonschema.UnmarshalJSON(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	c.UseRegexpEngine(lookaheadRegexp)
+	const url = "https://kindgi.com/schemas/v1/pack-index.schema.json"
+	if err := c.AddResource(url, doc); err != nil {
+		t.Fatal(err)
+	}
+	sch, err := c.Compile(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "examples", "index", "index.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sch.Validate(inst); err != nil {
+		t.Fatalf("examples/index/index.json: %v", err)
+	}
+}
+
+// lookaheadRegexp compiles the schema's patterns with Go's regexp, plus the
+// one ECMAScript form it uses that RE2 lacks: a leading negative lookahead
+// of a literal, "^(?!KINDGI_)…".
+func lookaheadRegexp(src string) (jsonschema.Regexp, error) {
+	if rest, ok := strings.CutPrefix(src, "^(?!"); ok {
+		if lit, tail, ok := strings.Cut(rest, ")"); ok && regexp.QuoteMeta(lit) == lit {
+			re, err := regexp.Compile("^" + tail)
+			if err != nil {
+				return nil, err
+			}
+			return notPrefixedRegexp{re, lit, src}, nil
+		}
+	}
+	return regexp.Compile(src)
+}
+
+type notPrefixedRegexp struct {
+	re          *regexp.Regexp
+	prefix, src string
+}
+
+func (n notPrefixedRegexp) MatchString(s string) bool {
+	return !strings.HasPrefix(s, n.prefix) && n.re.MatchString(s)
+}
+
+func (n notPrefixedRegexp) String() string { return n.src }
