@@ -302,3 +302,25 @@ func TestPushRefusesUnsafeTitles(t *testing.T) {
 		}
 	}
 }
+
+// TestPushProgressDuringBlob: push reports bytes while a blob uploads,
+// not only once it is done.
+func TestPushProgressDuringBlob(t *testing.T) {
+	host := registrytest.Host(registrytest.NewInMemory(t, nil))
+	big := fixture(t, "go_echo_reactor.wasm")
+	var partial, updates int
+	_, err := newOCI(t, host, nil).Push(ctxT(t), host+"/a/big:1", "1", []artifact.PushModule{{Title: "m.wasm", Wasm: big}},
+		artifact.WithProgress(func(p artifact.Progress) {
+			updates++
+			if p.Done > 0 && p.Done < p.Total {
+				partial++
+			}
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d progress updates, %d mid-blob, for a %d-byte module", updates, partial, len(big))
+	if partial == 0 {
+		t.Fatal("no progress was reported while the module uploaded")
+	}
+}

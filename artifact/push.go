@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -183,7 +185,13 @@ func (o *OCI) Push(ctx context.Context, imageRef, version string, modules []Push
 		}
 		order := append([]descriptor{*doc.Config}, doc.Layers...)
 		for _, l := range order {
-			if err := p.Upload(ctx, r.repo, static.NewLayer(blobs[l.Digest], types.MediaType(l.MediaType))); err != nil {
+			var layer v1.Layer = static.NewLayer(blobs[l.Digest], types.MediaType(l.MediaType))
+			if co.progress != nil {
+				dg, total := l.Digest, l.Size
+				layer = &progressLayer{Layer: layer, fn: func(n int64) { co.progress(Progress{Digest: dg, Done: n, Total: total}) }}
+				co.progress(Progress{Digest: dg, Done: 0, Total: total})
+			}
+			if err := p.Upload(ctx, r.repo, layer); err != nil {
 				return nil, registryError(ctx, err, fmt.Sprintf("pushing blob %s to %s", l.Digest, r.repo.Name()), o.pushAuth(ctx, r), 0)
 			}
 			report(l.Digest, l.Size)
@@ -216,6 +224,38 @@ func (o *OCI) Push(ctx context.Context, imageRef, version string, modules []Push
 	}
 	return art, nil
 }
+
+// progressLayer reports the bytes of its blob read by the upload as they
+// are read (ggcr streams the upload body from Compressed).
+type progressLayer struct {
+	v1.Layer
+	fn func(int64)
+}
+
+func (l *progressLayer) Compressed() (io.ReadCloser, error) {
+	rc, err := l.Layer.Compressed()
+	if err != nil {
+		return nil, err
+	}
+	return &progressReader{rc: rc, fn: l.fn}, nil
+}
+
+type progressReader struct {
+	rc io.ReadCloser
+	n  int64
+	fn func(int64)
+}
+
+func (r *progressReader) Read(p []byte) (int, error) {
+	n, err := r.rc.Read(p)
+	if n > 0 {
+		r.n += int64(n)
+		r.fn(r.n)
+	}
+	return n, err
+}
+
+func (r *progressReader) Close() error { return r.rc.Close() }
 
 // pushAuth says what credentials a push to r carries, for its errors.
 func (o *OCI) pushAuth(ctx context.Context, r *imageRef) authInfo {
