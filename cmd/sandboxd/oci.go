@@ -27,6 +27,7 @@ func init() {
 // ociFlags are the artifact-source flags shared by run, push, pull and inspect.
 type ociFlags struct {
 	insecure   stringList
+	caFiles    stringList
 	cacheDir   string
 	timeout    time.Duration
 	regTimeout time.Duration
@@ -36,6 +37,7 @@ type ociFlags struct {
 
 func (f *ociFlags) register(fs *flag.FlagSet, withTimeout bool) {
 	fs.Var(&f.insecure, "insecure-registry", "host:port of a loopback registry to reach over plain HTTP (repeatable)")
+	fs.Var(&f.caFiles, "registry-ca", "PEM file of a CA to trust for registry TLS, beside the system roots and /etc/docker/certs.d/<host:port>/*.crt (repeatable)")
 	fs.StringVar(&f.cacheDir, "artifact-cache-dir", "", "OCI artifact cache directory (default: sandboxd/oci under the user cache dir)")
 	fs.DurationVar(&f.regTimeout, "registry-timeout", artifact.DefaultRequestTimeout, "deadline of each registry request: its answer must start, and a download may pause, no longer than this")
 	if withTimeout {
@@ -45,7 +47,7 @@ func (f *ociFlags) register(fs *flag.FlagSet, withTimeout bool) {
 
 // resolver builds the OCI resolver the flags describe.
 func (f *ociFlags) resolver() (*artifact.OCI, error) {
-	cfg := artifact.NewOCIConfig().WithInsecureRegistries(f.insecure...).WithRequestTimeout(f.regTimeout).WithLogger(f.log)
+	cfg := artifact.NewOCIConfig().WithInsecureRegistries(f.insecure...).WithRequestTimeout(f.regTimeout).WithLogger(f.log).WithRegistryCA(f.caFiles...)
 	if f.cacheDir != "" {
 		cfg = cfg.WithCacheDir(f.cacheDir)
 	}
@@ -322,9 +324,10 @@ func humanBytes(n int64) string {
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
-// progress draws a one-line transfer meter on stderr when both stdout and
-// stderr are terminals; otherwise it stays silent (the command prints one
-// line per artifact on stdout).
+// progress draws a one-line transfer meter on stderr when stderr is a
+// terminal (also when stdout is captured: REF=$(sandboxd pull …));
+// otherwise it stays silent (the command prints one line per artifact on
+// stdout).
 type progress struct {
 	w     io.Writer
 	on    bool
@@ -336,7 +339,7 @@ type progress struct {
 }
 
 func newProgress(stdout, stderr io.Writer) *progress {
-	return &progress{w: stderr, on: isTerminal(stdout) && isTerminal(stderr), start: time.Now(), done: map[string]int64{}, total: map[string]int64{}}
+	return &progress{w: stderr, on: isTerminal(stderr), start: time.Now(), done: map[string]int64{}, total: map[string]int64{}}
 }
 
 func (p *progress) update(u artifact.Progress) {

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 
@@ -279,5 +280,41 @@ func TestServeReloadReresolvesTags(t *testing.T) {
 	p.waitEvent("reloaded", nil)
 	if s.count(http.MethodHead, "/manifests/1") <= heads {
 		t.Fatal("the reload did not ask the registry where the tag points")
+	}
+}
+
+// openPTY returns the terminal end of a new pseudo-terminal.
+func openPTY(t *testing.T) *os.File {
+	t.Helper()
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminals here: %v", err)
+	}
+	t.Cleanup(func() { m.Close() })
+	var unlock int32
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, m.Fd(), syscall.TIOCSPTLCK, uintptr(unsafe.Pointer(&unlock))); e != 0 {
+		t.Fatal(e)
+	}
+	var n uint32
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, m.Fd(), syscall.TIOCGPTN, uintptr(unsafe.Pointer(&n))); e != 0 {
+		t.Fatal(e)
+	}
+	s, err := os.OpenFile("/dev/pts/"+strconv.Itoa(int(n)), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestProgressOnStderrTerminal: the meter is drawn when stderr is a
+// terminal even with stdout captured (REF=$(sandboxd pull …)).
+func TestProgressOnStderrTerminal(t *testing.T) {
+	var captured strings.Builder
+	if p := newProgress(&captured, openPTY(t)); !p.on {
+		t.Fatal("no progress with stderr on a terminal and stdout captured")
+	}
+	if p := newProgress(openPTY(t), &captured); p.on {
+		t.Fatal("progress drawn into a non-terminal stderr")
 	}
 }
