@@ -15,8 +15,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/sandboxd/sandboxd/abi"
 )
 
 // Resolver resolves a host name to addresses. *net.Resolver satisfies it.
@@ -299,11 +297,11 @@ func (s *Session) Do(ctx context.Context, r *Request) (*Response, error) {
 		method = "GET"
 	}
 	if !allowedMethods[method] {
-		return nil, newErr(abi.ErrInvalid, "method %q is not allowed", r.Method)
+		return nil, newErr(ReasonInvalid, "method %q is not allowed", r.Method)
 	}
 	u, origin, err := ParseURL(r.URL)
 	if err != nil {
-		return nil, &Error{Errno: abi.ErrInvalid, Msg: err.Error(), Err: err}
+		return nil, &Error{Reason: ReasonInvalid, Msg: err.Error(), Err: err}
 	}
 	hdr, secretNames, err := s.buildHeader(r.Header)
 	if err != nil {
@@ -315,23 +313,23 @@ func (s *Session) Do(ctx context.Context, r *Request) (*Response, error) {
 		// (Range) or compressed, past exact-match redaction.
 		for _, h := range partialHeaders {
 			if hdr.Get(h) != "" {
-				return nil, newErr(abi.ErrInvalid, "header %q cannot go in a request that carries a secret placeholder", h)
+				return nil, newErr(ReasonInvalid, "header %q cannot go in a request that carries a secret placeholder", h)
 			}
 		}
 	}
 	if s.policy.kind == KindNone {
 		a := &Attempt{Method: method, URL: auditURL(u, origin), Reason: "network policy is none"}
 		s.record(a)
-		return nil, newErr(abi.ErrDenied, "network egress is denied: the tool's network policy is none")
+		return nil, newErr(ReasonDenied, "network egress is denied: the tool's network policy is none")
 	}
 	s.mu.Lock()
 	switch {
 	case s.closed:
 		s.mu.Unlock()
-		return nil, newErr(abi.ErrInternal, "the invocation's egress session is closed")
+		return nil, newErr(ReasonInternal, "the invocation's egress session is closed")
 	case len(s.open) >= s.lim.MaxConns:
 		s.mu.Unlock()
-		return nil, newErr(abi.ErrConnBudget, "%d responses are open, the most this invocation may hold; close one first", s.lim.MaxConns)
+		return nil, newErr(ReasonConnBudget, "%d responses are open, the most this invocation may hold; close one first", s.lim.MaxConns)
 	}
 	s.mu.Unlock()
 
@@ -351,7 +349,7 @@ func (s *Session) Do(ctx context.Context, r *Request) (*Response, error) {
 	}
 	if len(body) > 0 && s.opts.Memory != nil {
 		if !s.opts.Memory.Reserve(int64(len(body))) {
-			return fail(newErr(abi.ErrMemoryBudget, "a request body of %d bytes does not fit in the memory budget", len(body)))
+			return fail(newErr(ReasonMemoryBudget, "a request body of %d bytes does not fit in the memory budget", len(body)))
 		}
 		reserved = int64(len(body))
 	}
@@ -365,13 +363,13 @@ func (s *Session) Do(ctx context.Context, r *Request) (*Response, error) {
 			if hop > 0 {
 				what = "the redirect destination"
 			}
-			return fail(newErr(abi.ErrDenied, "%s %s is not allowed by the tool's network policy", what, origin))
+			return fail(newErr(ReasonDenied, "%s %s is not allowed by the tool's network policy", what, origin))
 		}
 		a.Rule = entry.String()
 		if len(secretNames) > 0 && s.policy.kind != KindAllowlist {
 			a.Reason = "secret placeholders need an allowlisted destination"
 			s.record(a)
-			return fail(newErr(abi.ErrDenied, "secret placeholders are substituted only for allowlisted destinations"))
+			return fail(newErr(ReasonDenied, "secret placeholders are substituted only for allowlisted destinations"))
 		}
 		if err := s.chargeRequest(len(body)); err != nil {
 			a.Reason = err.Msg
@@ -382,7 +380,7 @@ func (s *Session) Do(ctx context.Context, r *Request) (*Response, error) {
 		idx := s.record(a)
 		req, err := http.NewRequestWithContext(context.WithValue(rctx, attemptKey{}, attemptRef{s, idx, entry}), method, u.String(), nil)
 		if err != nil {
-			return fail(newErr(abi.ErrInvalid, "cannot build the request: %v", stripURLFromErr(err)))
+			return fail(newErr(ReasonInvalid, "cannot build the request: %v", stripURLFromErr(err)))
 		}
 		if len(body) > 0 {
 			b := body
@@ -412,7 +410,7 @@ func (s *Session) Do(ctx context.Context, r *Request) (*Response, error) {
 			// The transport undoes only the gzip it asked for itself.
 			discard(resp.Body)
 			s.update(idx, func(a *Attempt) { a.Reason = "encoded response to a request carrying a secret" })
-			return fail(newErr(abi.ErrUnavailable, "the response is content-encoded (%.32q), so it cannot be checked for secret values; it is refused", enc))
+			return fail(newErr(ReasonUnavailable, "the response is content-encoded (%.32q), so it cannot be checked for secret values; it is refused", enc))
 		}
 		loc := resp.Header.Get("Location")
 		if !isRedirect(resp.StatusCode) || loc == "" {
@@ -420,18 +418,18 @@ func (s *Session) Do(ctx context.Context, r *Request) (*Response, error) {
 		}
 		discard(resp.Body)
 		if hop == MaxRedirects {
-			return fail(newErr(abi.ErrRedirect, "more than %d redirects", MaxRedirects))
+			return fail(newErr(ReasonRedirect, "more than %d redirects", MaxRedirects))
 		}
 		next, err := u.Parse(loc)
 		if err != nil {
-			return fail(newErr(abi.ErrUnavailable, "the server sent an invalid redirect Location"))
+			return fail(newErr(ReasonUnavailable, "the server sent an invalid redirect Location"))
 		}
 		nu, norigin, perr := ParseURL(next.String())
 		if perr != nil {
-			return fail(&Error{Errno: abi.ErrRedirect, Msg: "refused redirect: " + perr.Error()})
+			return fail(&Error{Reason: ReasonRedirect, Msg: "refused redirect: " + perr.Error()})
 		}
 		if origin.Scheme == "https" && norigin.Scheme == "http" {
-			return fail(newErr(abi.ErrRedirect, "refused redirect from https to http (%s)", norigin))
+			return fail(newErr(ReasonRedirect, "refused redirect from https to http (%s)", norigin))
 		}
 		if !norigin.Same(origin) {
 			for _, h := range credentialHeaders {
@@ -485,10 +483,10 @@ func (s *Session) chargeRequest(bodyLen int) *Error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.requests >= s.lim.MaxRequests {
-		return newErr(abi.ErrRequestBudget, "this invocation already made %d requests, the most it may make", s.lim.MaxRequests)
+		return newErr(ReasonRequestBudget, "this invocation already made %d requests, the most it may make", s.lim.MaxRequests)
 	}
 	if s.bodyBytes+int64(bodyLen) > s.lim.MaxBodyBytes {
-		return newErr(abi.ErrBodyBudget, "a request body of %d bytes would pass the invocation's %d-byte body budget", bodyLen, s.lim.MaxBodyBytes)
+		return newErr(ReasonBodyBudget, "a request body of %d bytes would pass the invocation's %d-byte body budget", bodyLen, s.lim.MaxBodyBytes)
 	}
 	s.requests++
 	s.bodyBytes += int64(bodyLen)
@@ -518,22 +516,22 @@ func (s *Session) buildHeader(in map[string]string) (http.Header, map[string]boo
 	for _, k := range names {
 		v := in[k]
 		if !isToken(k) {
-			return nil, nil, newErr(abi.ErrInvalid, "invalid header name %q", truncate(k, 64))
+			return nil, nil, newErr(ReasonInvalid, "invalid header name %q", truncate(k, 64))
 		}
 		lk := strings.ToLower(k)
 		if refusedHeaders[lk] || strings.HasPrefix(lk, "proxy-") {
-			return nil, nil, newErr(abi.ErrInvalid, "header %q is set by the host, not the handler", k)
+			return nil, nil, newErr(ReasonInvalid, "header %q is set by the host, not the handler", k)
 		}
 		if strings.ContainsAny(v, "\r\n\x00") {
-			return nil, nil, newErr(abi.ErrInvalid, "header %q has a CR, LF or NUL in its value", k)
+			return nil, nil, newErr(ReasonInvalid, "header %q has a CR, LF or NUL in its value", k)
 		}
 		total += len(k) + len(v) + 4
 		placeholders += strings.Count(v, "{{secret:")
 		if placeholders > maxPlaceholders {
-			return nil, nil, newErr(abi.ErrInvalid, "the request has more than %d secret placeholders", maxPlaceholders)
+			return nil, nil, newErr(ReasonInvalid, "the request has more than %d secret placeholders", maxPlaceholders)
 		}
 		if total > s.lim.MaxRequestHeaderBytes {
-			return nil, nil, newErr(abi.ErrHeaderBudget, "the request headers are over the %d-byte cap", s.lim.MaxRequestHeaderBytes)
+			return nil, nil, newErr(ReasonHeaderBudget, "the request headers are over the %d-byte cap", s.lim.MaxRequestHeaderBytes)
 		}
 		ck := http.CanonicalHeaderKey(k)
 		h.Set(ck, v)
@@ -562,7 +560,7 @@ func (s *Session) substitute(h http.Header, names map[string]bool, o Origin) *Er
 			}
 			j := strings.Index(v[i:], "}}")
 			if j < 0 {
-				return newErr(abi.ErrInvalid, "header %q has an unterminated secret placeholder", name)
+				return newErr(ReasonInvalid, "header %q has an unterminated secret placeholder", name)
 			}
 			secret := v[i+len("{{secret:") : i+j]
 			val, ok := "", false
@@ -570,10 +568,10 @@ func (s *Session) substitute(h http.Header, names map[string]bool, o Origin) *Er
 				val, ok = s.opts.Secret(secret)
 			}
 			if !ok {
-				return newErr(abi.ErrNotFound, "header %q names secret %q, which is not declared or has no value", name, truncate(secret, 64))
+				return newErr(ReasonNotFound, "header %q names secret %q, which is not declared or has no value", name, truncate(secret, 64))
 			}
 			if strings.ContainsAny(val, "\r\n\x00") {
-				return newErr(abi.ErrInvalid, "secret %q cannot go in a header (it contains CR, LF or NUL)", secret)
+				return newErr(ReasonInvalid, "secret %q cannot go in a header (it contains CR, LF or NUL)", secret)
 			}
 			if dests, bound := s.opts.SecretDestinations[secret]; bound {
 				ok := false
@@ -584,7 +582,7 @@ func (s *Session) substitute(h http.Header, names map[string]bool, o Origin) *Er
 					}
 				}
 				if !ok {
-					return newErr(abi.ErrDenied, "secret %q may not be sent to %s: the operator binds it to other destinations", truncate(secret, 64), o)
+					return newErr(ReasonDenied, "secret %q may not be sent to %s: the operator binds it to other destinations", truncate(secret, 64), o)
 				}
 			}
 			s.red.add(secret, val)
@@ -640,15 +638,15 @@ func (s *Session) mapErr(rctx, parent context.Context, err error, o Origin) *Err
 	switch {
 	case parent.Err() != nil:
 		if errors.Is(parent.Err(), context.Canceled) {
-			return &Error{Errno: abi.ErrTimeout, Msg: "the invocation was cancelled", Err: err}
+			return &Error{Reason: ReasonTimeout, Msg: "the invocation was cancelled", Err: err}
 		}
-		return &Error{Errno: abi.ErrTimeout, Msg: "the invocation's deadline passed during the request", Err: context.DeadlineExceeded}
+		return &Error{Reason: ReasonTimeout, Msg: "the invocation's deadline passed during the request", Err: context.DeadlineExceeded}
 	case rctx.Err() != nil:
-		return &Error{Errno: abi.ErrTimeout, Msg: fmt.Sprintf("the request to %s timed out", o), Err: context.DeadlineExceeded}
+		return &Error{Reason: ReasonTimeout, Msg: fmt.Sprintf("the request to %s timed out", o), Err: context.DeadlineExceeded}
 	case strings.Contains(err.Error(), "server response headers exceeded"):
-		return &Error{Errno: abi.ErrHeaderBudget, Msg: fmt.Sprintf("the response headers from %s are over the %d-byte cap", o, s.lim.MaxResponseHeaderBytes), Err: err}
+		return &Error{Reason: ReasonHeaderBudget, Msg: fmt.Sprintf("the response headers from %s are over the %d-byte cap", o, s.lim.MaxResponseHeaderBytes), Err: err}
 	}
-	return &Error{Errno: abi.ErrUnavailable, Msg: fmt.Sprintf("the request to %s failed: %v", o, stripURLFromErr(err)), Err: err}
+	return &Error{Reason: ReasonUnavailable, Msg: fmt.Sprintf("the request to %s failed: %v", o, stripURLFromErr(err)), Err: err}
 }
 
 // dial resolves the host once, classifies every address, and connects only
@@ -662,7 +660,7 @@ func (s *Session) dial(ctx context.Context, network, addr string) (net.Conn, err
 	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return nil, newErr(abi.ErrInternal, "dial address %q: %v", addr, err)
+		return nil, newErr(ReasonInternal, "dial address %q: %v", addr, err)
 	}
 	var addrs []netip.Addr
 	if ip, err := netip.ParseAddr(host); err == nil {
@@ -674,7 +672,7 @@ func (s *Session) dial(ctx context.Context, network, addr string) (net.Conn, err
 				return nil, ctx.Err()
 			}
 			setReason("DNS lookup failed")
-			return nil, &Error{Errno: abi.ErrUnavailable, Msg: fmt.Sprintf("cannot resolve %s", host), Err: err}
+			return nil, &Error{Reason: ReasonUnavailable, Msg: fmt.Sprintf("cannot resolve %s", host), Err: err}
 		}
 		if len(addrs) > 16 {
 			addrs = addrs[:16]
@@ -695,7 +693,7 @@ func (s *Session) dial(ctx context.Context, network, addr string) (net.Conn, err
 			r = fmt.Sprintf("%s has no addresses", host)
 		}
 		setReason(r)
-		return nil, newErr(abi.ErrDenied, "%s", r)
+		return nil, newErr(ReasonDenied, "%s", r)
 	}
 	var lastErr error
 	for _, ip := range passed {
@@ -772,7 +770,7 @@ func (s *Session) newResponse(resp *http.Response, idx int, cancel context.Cance
 			cancel()
 			s.opts.Memory.Release(reserved)
 			// No size: the headers may reflect a secret.
-			return nil, newErr(abi.ErrMemoryBudget, "the response headers do not fit in the memory budget")
+			return nil, newErr(ReasonMemoryBudget, "the response headers do not fit in the memory budget")
 		}
 		reserved += int64(hb)
 	}
@@ -781,7 +779,7 @@ func (s *Session) newResponse(resp *http.Response, idx int, cancel context.Cance
 	if s.closed {
 		s.mu.Unlock()
 		_ = r.Close()
-		return nil, newErr(abi.ErrInternal, "the invocation's egress session is closed")
+		return nil, newErr(ReasonInternal, "the invocation's egress session is closed")
 	}
 	s.open[r] = struct{}{}
 	s.mu.Unlock()
@@ -805,7 +803,7 @@ func (r *Response) Read(p []byte) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		return 0, newErr(abi.ErrBadHandle, "the response is closed")
+		return 0, newErr(ReasonBadHandle, "the response is closed")
 	}
 	if len(p) == 0 {
 		return 0, nil
@@ -864,7 +862,7 @@ func (r *Response) hold() *Error {
 	case m == nil:
 	case want > r.held:
 		if !m.Reserve(want - r.held) {
-			r.err = newErr(abi.ErrMemoryBudget, "the response body's redaction buffer does not fit in the memory budget")
+			r.err = newErr(ReasonMemoryBudget, "the response body's redaction buffer does not fit in the memory budget")
 			return r.err
 		}
 	case want < r.held:
@@ -891,14 +889,14 @@ func (r *Response) rawRead(p []byte) (int, error) {
 	}
 	if s.opts.Memory != nil {
 		if !s.opts.Memory.Reserve(int64(len(p))) {
-			r.err = newErr(abi.ErrMemoryBudget, "a read buffer of %d bytes does not fit in the memory budget", len(p))
+			r.err = newErr(ReasonMemoryBudget, "a read buffer of %d bytes does not fit in the memory budget", len(p))
 			return 0, r.err
 		}
 		defer s.opts.Memory.Release(int64(len(p)))
 	}
 	n, err := r.body.Read(p)
 	if over && n > 0 {
-		r.err = newErr(abi.ErrBodyBudget, "the response body passes the invocation's %d-byte body budget", s.lim.MaxBodyBytes)
+		r.err = newErr(ReasonBodyBudget, "the response body passes the invocation's %d-byte body budget", s.lim.MaxBodyBytes)
 		return 0, r.err
 	}
 	if n > 0 {
@@ -916,11 +914,11 @@ func (r *Response) rawRead(p []byte) (int, error) {
 		switch {
 		case errors.As(err, &e):
 		case errors.Is(err, context.DeadlineExceeded):
-			e = &Error{Errno: abi.ErrTimeout, Msg: "the response body did not arrive before the timeout", Err: context.DeadlineExceeded}
+			e = &Error{Reason: ReasonTimeout, Msg: "the response body did not arrive before the timeout", Err: context.DeadlineExceeded}
 		case errors.Is(err, context.Canceled):
-			e = &Error{Errno: abi.ErrTimeout, Msg: "the invocation was cancelled", Err: err}
+			e = &Error{Reason: ReasonTimeout, Msg: "the invocation was cancelled", Err: err}
 		default:
-			e = &Error{Errno: abi.ErrUnavailable, Msg: "reading the response body failed: " + err.Error(), Err: err}
+			e = &Error{Reason: ReasonUnavailable, Msg: "reading the response body failed: " + err.Error(), Err: err}
 		}
 		r.err = e
 		if n > 0 {

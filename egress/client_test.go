@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/abi"
 	"github.com/sandboxd/sandboxd/limits"
 )
 
@@ -99,11 +98,11 @@ func okHandler() http.Handler {
 	})
 }
 
-func errnoOf(err error) abi.Errno {
+func reasonOf(err error) Reason {
 	if err == nil {
-		return 0
+		return ""
 	}
-	return ErrnoOf(err)
+	return ReasonOf(err)
 }
 
 // TestAttackTable runs each attack against a fake resolver answering public
@@ -132,54 +131,54 @@ func TestAttackTable(t *testing.T) {
 		allow   []string
 		url     string
 		header  map[string]string
-		want    abi.Errno
+		want    Reason
 		dialled []string
 	}{
-		{"wildcard matches a subdomain", "allowlist", []string{"*.example.com"}, nil, "http://api.example.com/", nil, 0, []string{"93.184.216.34:80"}},
-		{"wildcard never matches the apex", "allowlist", []string{"*.example.com"}, nil, "http://example.com/", nil, abi.ErrDenied, nil},
-		{"apex entry does not match a subdomain", "allowlist", []string{"example.com"}, nil, "http://api.example.com/", nil, abi.ErrDenied, nil},
-		{"port mismatch", "allowlist", []string{"api.example.com"}, nil, "http://api.example.com:8080/", nil, abi.ErrDenied, nil},
-		{"port named", "allowlist", []string{"api.example.com:8080"}, nil, "http://api.example.com:8080/", nil, 0, []string{"93.184.216.34:8080"}},
-		{"any port", "allowlist", []string{"api.example.com:*"}, nil, "http://api.example.com:9/", nil, 0, []string{"93.184.216.34:9"}},
-		{"scheme mismatch", "allowlist", []string{"https://api.example.com"}, nil, "http://api.example.com/", nil, abi.ErrDenied, nil},
-		{"IP literal against a hostname entry", "allowlist", []string{"api.example.com"}, nil, "http://93.184.216.34/", nil, abi.ErrDenied, nil},
-		{"IP literal entry", "allowlist", []string{"93.184.216.34"}, nil, "http://93.184.216.34/", nil, 0, []string{"93.184.216.34:80"}},
-		{"hostname against an IP entry", "allowlist", []string{"93.184.216.34"}, nil, "http://api.example.com/", nil, abi.ErrDenied, nil},
-		{"decimal IPv4 spelling, not listed", "allowlist", []string{"api.example.com"}, nil, "http://2130706433/", nil, abi.ErrDenied, nil},
-		{"decimal IPv4 spelling, unrestricted", "unrestricted", nil, nil, "http://2130706433/", nil, abi.ErrDenied, nil},
-		{"octal IPv4 spelling, unrestricted", "unrestricted", nil, nil, "http://0177.0.0.1/", nil, abi.ErrDenied, nil},
-		{"hex IPv4 spelling, unrestricted", "unrestricted", nil, nil, "http://0x7f.0.0.1/", nil, abi.ErrDenied, nil},
-		{"short IPv4 spelling, unrestricted", "unrestricted", nil, nil, "http://127.1/", nil, abi.ErrDenied, nil},
-		{"decimal spelling of a named IP", "allowlist", []string{"127.0.0.1:*"}, nil, "http://2130706433:8080/", nil, 0, []string{"127.0.0.1:8080"}},
-		{"IPv4-mapped literal, unrestricted", "unrestricted", nil, nil, "http://[::ffff:127.0.0.1]/", nil, abi.ErrDenied, nil},
-		{"IPv4-mapped literal of a named IP", "allowlist", []string{"127.0.0.1"}, nil, "http://[::ffff:127.0.0.1]/", nil, 0, []string{"127.0.0.1:80"}},
-		{"name resolving to loopback", "unrestricted", nil, nil, "http://loopback.example/", nil, abi.ErrDenied, nil},
-		{"name resolving to loopback, operator range", "unrestricted", nil, []string{"127.0.0.0/8"}, "http://loopback.example/", nil, 0, []string{"127.0.0.1:80"}},
-		{"name resolving to IPv4-mapped loopback", "unrestricted", nil, nil, "http://mapped.example/", nil, abi.ErrDenied, nil},
-		{"name resolving to NAT64 private", "unrestricted", nil, nil, "http://nat64.example/", nil, abi.ErrDenied, nil},
-		{"name resolving to cloud metadata", "unrestricted", nil, nil, "http://metadata.example/", nil, abi.ErrDenied, nil},
-		{"metadata literal", "unrestricted", nil, nil, "http://169.254.169.254/latest/meta-data/", nil, abi.ErrDenied, nil},
-		{"name resolving to CGNAT", "unrestricted", nil, nil, "http://cgnat.example/", nil, abi.ErrDenied, nil},
-		{"name resolving to 0.0.0.0", "unrestricted", nil, nil, "http://zero.example/", nil, abi.ErrDenied, nil},
-		{"name resolving to multicast", "unrestricted", nil, nil, "http://multicast.example/", nil, abi.ErrDenied, nil},
-		{"name resolving to IPv6 link-local", "unrestricted", nil, nil, "http://linklocal6.example/", nil, abi.ErrDenied, nil},
+		{"wildcard matches a subdomain", "allowlist", []string{"*.example.com"}, nil, "http://api.example.com/", nil, "", []string{"93.184.216.34:80"}},
+		{"wildcard never matches the apex", "allowlist", []string{"*.example.com"}, nil, "http://example.com/", nil, ReasonDenied, nil},
+		{"apex entry does not match a subdomain", "allowlist", []string{"example.com"}, nil, "http://api.example.com/", nil, ReasonDenied, nil},
+		{"port mismatch", "allowlist", []string{"api.example.com"}, nil, "http://api.example.com:8080/", nil, ReasonDenied, nil},
+		{"port named", "allowlist", []string{"api.example.com:8080"}, nil, "http://api.example.com:8080/", nil, "", []string{"93.184.216.34:8080"}},
+		{"any port", "allowlist", []string{"api.example.com:*"}, nil, "http://api.example.com:9/", nil, "", []string{"93.184.216.34:9"}},
+		{"scheme mismatch", "allowlist", []string{"https://api.example.com"}, nil, "http://api.example.com/", nil, ReasonDenied, nil},
+		{"IP literal against a hostname entry", "allowlist", []string{"api.example.com"}, nil, "http://93.184.216.34/", nil, ReasonDenied, nil},
+		{"IP literal entry", "allowlist", []string{"93.184.216.34"}, nil, "http://93.184.216.34/", nil, "", []string{"93.184.216.34:80"}},
+		{"hostname against an IP entry", "allowlist", []string{"93.184.216.34"}, nil, "http://api.example.com/", nil, ReasonDenied, nil},
+		{"decimal IPv4 spelling, not listed", "allowlist", []string{"api.example.com"}, nil, "http://2130706433/", nil, ReasonDenied, nil},
+		{"decimal IPv4 spelling, unrestricted", "unrestricted", nil, nil, "http://2130706433/", nil, ReasonDenied, nil},
+		{"octal IPv4 spelling, unrestricted", "unrestricted", nil, nil, "http://0177.0.0.1/", nil, ReasonDenied, nil},
+		{"hex IPv4 spelling, unrestricted", "unrestricted", nil, nil, "http://0x7f.0.0.1/", nil, ReasonDenied, nil},
+		{"short IPv4 spelling, unrestricted", "unrestricted", nil, nil, "http://127.1/", nil, ReasonDenied, nil},
+		{"decimal spelling of a named IP", "allowlist", []string{"127.0.0.1:*"}, nil, "http://2130706433:8080/", nil, "", []string{"127.0.0.1:8080"}},
+		{"IPv4-mapped literal, unrestricted", "unrestricted", nil, nil, "http://[::ffff:127.0.0.1]/", nil, ReasonDenied, nil},
+		{"IPv4-mapped literal of a named IP", "allowlist", []string{"127.0.0.1"}, nil, "http://[::ffff:127.0.0.1]/", nil, "", []string{"127.0.0.1:80"}},
+		{"name resolving to loopback", "unrestricted", nil, nil, "http://loopback.example/", nil, ReasonDenied, nil},
+		{"name resolving to loopback, operator range", "unrestricted", nil, []string{"127.0.0.0/8"}, "http://loopback.example/", nil, "", []string{"127.0.0.1:80"}},
+		{"name resolving to IPv4-mapped loopback", "unrestricted", nil, nil, "http://mapped.example/", nil, ReasonDenied, nil},
+		{"name resolving to NAT64 private", "unrestricted", nil, nil, "http://nat64.example/", nil, ReasonDenied, nil},
+		{"name resolving to cloud metadata", "unrestricted", nil, nil, "http://metadata.example/", nil, ReasonDenied, nil},
+		{"metadata literal", "unrestricted", nil, nil, "http://169.254.169.254/latest/meta-data/", nil, ReasonDenied, nil},
+		{"name resolving to CGNAT", "unrestricted", nil, nil, "http://cgnat.example/", nil, ReasonDenied, nil},
+		{"name resolving to 0.0.0.0", "unrestricted", nil, nil, "http://zero.example/", nil, ReasonDenied, nil},
+		{"name resolving to multicast", "unrestricted", nil, nil, "http://multicast.example/", nil, ReasonDenied, nil},
+		{"name resolving to IPv6 link-local", "unrestricted", nil, nil, "http://linklocal6.example/", nil, ReasonDenied, nil},
 		// F09: a CIDR entry admits its addresses only as destinations it
 		// matches itself (IP literals, its scheme and port), never for a
 		// name another entry admits.
-		{"private address named by a CIDR entry, reached by a name", "allowlist", []string{"private.example", "10.0.0.0/8"}, nil, "http://private.example/", nil, abi.ErrDenied, nil},
-		{"private address named by a CIDR entry, as a literal", "allowlist", []string{"private.example", "10.0.0.0/8"}, nil, "http://10.1.2.3/", nil, 0, []string{"10.1.2.3:80"}},
-		{"private address named by a CIDR entry, other port", "allowlist", []string{"10.0.0.0/8"}, nil, "http://10.1.2.3:8080/", nil, abi.ErrDenied, nil},
-		{"private address not named", "allowlist", []string{"private.example"}, nil, "http://private.example/", nil, abi.ErrDenied, nil},
-		{"mixed answers: only the public address is dialled", "unrestricted", nil, nil, "http://mixed.example/", nil, 0, []string{"93.184.216.36:80"}},
-		{"userinfo trick", "allowlist", []string{"api.example.com"}, nil, "http://api.example.com@evil.example/", nil, abi.ErrInvalid, nil},
-		{"userinfo with password", "unrestricted", nil, nil, "http://u:p@api.example.com/", nil, abi.ErrInvalid, nil},
-		{"network none", "none", nil, nil, "http://api.example.com/", nil, abi.ErrDenied, nil},
-		{"header value with CRLF", "unrestricted", nil, nil, "http://api.example.com/", map[string]string{"X-A": "v\r\nX-Injected: 1"}, abi.ErrInvalid, nil},
-		{"header value with LF", "unrestricted", nil, nil, "http://api.example.com/", map[string]string{"X-A": "v\nX-Injected: 1"}, abi.ErrInvalid, nil},
-		{"header name with CRLF", "unrestricted", nil, nil, "http://api.example.com/", map[string]string{"X-A\r\nX-B": "v"}, abi.ErrInvalid, nil},
-		{"header name with a space", "unrestricted", nil, nil, "http://api.example.com/", map[string]string{"X A": "v"}, abi.ErrInvalid, nil},
-		{"Host header override", "unrestricted", nil, nil, "http://api.example.com/", map[string]string{"Host": "internal"}, abi.ErrInvalid, nil},
-		{"unknown host", "unrestricted", nil, nil, "http://nxdomain.example/", nil, abi.ErrUnavailable, nil},
+		{"private address named by a CIDR entry, reached by a name", "allowlist", []string{"private.example", "10.0.0.0/8"}, nil, "http://private.example/", nil, ReasonDenied, nil},
+		{"private address named by a CIDR entry, as a literal", "allowlist", []string{"private.example", "10.0.0.0/8"}, nil, "http://10.1.2.3/", nil, "", []string{"10.1.2.3:80"}},
+		{"private address named by a CIDR entry, other port", "allowlist", []string{"10.0.0.0/8"}, nil, "http://10.1.2.3:8080/", nil, ReasonDenied, nil},
+		{"private address not named", "allowlist", []string{"private.example"}, nil, "http://private.example/", nil, ReasonDenied, nil},
+		{"mixed answers: only the public address is dialled", "unrestricted", nil, nil, "http://mixed.example/", nil, "", []string{"93.184.216.36:80"}},
+		{"userinfo trick", "allowlist", []string{"api.example.com"}, nil, "http://api.example.com@evil.example/", nil, ReasonInvalid, nil},
+		{"userinfo with password", "unrestricted", nil, nil, "http://u:p@api.example.com/", nil, ReasonInvalid, nil},
+		{"network none", "none", nil, nil, "http://api.example.com/", nil, ReasonDenied, nil},
+		{"header value with CRLF", "unrestricted", nil, nil, "http://api.example.com/", map[string]string{"X-A": "v\r\nX-Injected: 1"}, ReasonInvalid, nil},
+		{"header value with LF", "unrestricted", nil, nil, "http://api.example.com/", map[string]string{"X-A": "v\nX-Injected: 1"}, ReasonInvalid, nil},
+		{"header name with CRLF", "unrestricted", nil, nil, "http://api.example.com/", map[string]string{"X-A\r\nX-B": "v"}, ReasonInvalid, nil},
+		{"header name with a space", "unrestricted", nil, nil, "http://api.example.com/", map[string]string{"X A": "v"}, ReasonInvalid, nil},
+		{"Host header override", "unrestricted", nil, nil, "http://api.example.com/", map[string]string{"Host": "internal"}, ReasonInvalid, nil},
+		{"unknown host", "unrestricted", nil, nil, "http://nxdomain.example/", nil, ReasonUnavailable, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -195,8 +194,8 @@ func TestAttackTable(t *testing.T) {
 			s := NewSession(pol, Options{Resolver: &fakeResolver{answers: dns}, Dial: pn.Dial, AllowRanges: ranges})
 			defer s.Close()
 			resp, err := s.Do(context.Background(), &Request{Method: "GET", URL: c.url, Header: c.header})
-			if got := errnoOf(err); got != c.want {
-				t.Fatalf("errno = %v (%v), want %v", got, err, c.want)
+			if got := reasonOf(err); got != c.want {
+				t.Fatalf("reason = %v (%v), want %v", got, err, c.want)
 			}
 			if resp != nil {
 				b, _ := io.ReadAll(resp)
@@ -209,10 +208,10 @@ func TestAttackTable(t *testing.T) {
 				t.Fatalf("dialled %v, want %v", d, c.dialled)
 			}
 			atts, _ := s.Attempts()
-			if len(atts) > 0 && atts[0].Allowed != (c.want == 0) {
-				t.Errorf("audit %+v, want allowed=%v", atts[0], c.want == 0)
+			if len(atts) > 0 && atts[0].Allowed != (c.want == "") {
+				t.Errorf("audit %+v, want allowed=%v", atts[0], c.want == "")
 			}
-			if c.want == abi.ErrDenied && (len(atts) == 0 || atts[0].Reason == "") {
+			if c.want == ReasonDenied && (len(atts) == 0 || atts[0].Reason == "") {
 				t.Errorf("denied attempt not audited with a reason: %+v", atts)
 			}
 		})
@@ -231,17 +230,17 @@ func TestDNSRebinding(t *testing.T) {
 	pol, _ := ParsePolicy("allowlist", []string{"rebind.example"})
 	s := NewSession(pol, Options{Resolver: res, Dial: pn.Dial})
 	defer s.Close()
-	var errnos []abi.Errno
+	var reasons []Reason
 	for range 3 {
 		resp, err := s.Do(context.Background(), &Request{URL: "http://rebind.example/"})
-		errnos = append(errnos, errnoOf(err))
+		reasons = append(reasons, reasonOf(err))
 		if resp != nil {
 			_, _ = io.ReadAll(resp)
 			_ = resp.Close()
 		}
 	}
-	if fmt.Sprint(errnos) != fmt.Sprint([]abi.Errno{0, abi.ErrDenied, 0}) {
-		t.Fatalf("errnos = %v", errnos)
+	if fmt.Sprint(reasons) != fmt.Sprint([]Reason{"", ReasonDenied, ""}) {
+		t.Fatalf("reasons = %v", reasons)
 	}
 	if d := pn.Dialed(); fmt.Sprint(d) != "[93.184.216.34:80 93.184.216.34:80]" {
 		t.Fatalf("dialled %v", d)
@@ -296,13 +295,13 @@ func TestLoopbackAllowedAndDenied(t *testing.T) {
 		t.Fatalf("status %d body %q", resp.Status, b)
 	}
 	// The same server under a name that is not listed.
-	if _, err := s.Do(context.Background(), &Request{URL: "http://other.test:" + port + "/x"}); errnoOf(err) != abi.ErrDenied {
+	if _, err := s.Do(context.Background(), &Request{URL: "http://other.test:" + port + "/x"}); reasonOf(err) != ReasonDenied {
 		t.Fatalf("unlisted name: %v", err)
 	}
 	// Without the operator range, loopback is denied even for a listed name.
 	s2 := NewSession(pol, Options{Resolver: loopbackResolver{}})
 	defer s2.Close()
-	if _, err := s2.Do(context.Background(), &Request{URL: "http://api.test:" + port + "/x"}); errnoOf(err) != abi.ErrDenied {
+	if _, err := s2.Do(context.Background(), &Request{URL: "http://api.test:" + port + "/x"}); reasonOf(err) != ReasonDenied {
 		t.Fatalf("no allow-range: %v", err)
 	}
 }
@@ -358,22 +357,22 @@ func TestRedirects(t *testing.T) {
 	if r, err := do("/chain/5", "GET", nil); err != nil || r.Status != 200 {
 		t.Fatalf("5 redirects: %v", err)
 	}
-	if _, err := do("/chain/6", "GET", nil); errnoOf(err) != abi.ErrRedirect {
+	if _, err := do("/chain/6", "GET", nil); reasonOf(err) != ReasonRedirect {
 		t.Fatalf("6 redirects: %v", err)
 	}
-	if _, err := do("/to-denied", "GET", nil); errnoOf(err) != abi.ErrDenied {
+	if _, err := do("/to-denied", "GET", nil); reasonOf(err) != ReasonDenied {
 		t.Fatalf("redirect to a denied host: %v", err)
 	}
 	// A redirect to the metadata address: not listed, so denied by the
 	// policy; under unrestricted, denied by address class before any dial.
-	if _, err := do("/to-metadata", "GET", nil); errnoOf(err) != abi.ErrDenied {
+	if _, err := do("/to-metadata", "GET", nil); reasonOf(err) != ReasonDenied {
 		t.Fatalf("redirect to metadata: %v", err)
 	}
 	anyPol, _ := ParsePolicy("unrestricted", nil)
 	s := NewSession(anyPol, opts)
 	defer s.Close()
 	_, err := s.Do(context.Background(), &Request{URL: "http://hop.test:" + hport + "/to-metadata"})
-	if errnoOf(err) != abi.ErrDenied || !strings.Contains(err.Error(), "169.254.169.254 (cloud-metadata)") {
+	if reasonOf(err) != ReasonDenied || !strings.Contains(err.Error(), "169.254.169.254 (cloud-metadata)") {
 		t.Fatalf("redirect to metadata, unrestricted: %v", err)
 	}
 	hdr := map[string]string{"Authorization": "Bearer guest-token", "X-Key": SecretPlaceholder("KEY")}
@@ -434,7 +433,7 @@ func TestRedirectHTTPSToHTTPRefused(t *testing.T) {
 		t.Fatalf("https: %v", err)
 	}
 	_ = r.Close()
-	if _, err := s.Do(context.Background(), &Request{URL: tlsSrv.URL + "/down"}); errnoOf(err) != abi.ErrRedirect {
+	if _, err := s.Do(context.Background(), &Request{URL: tlsSrv.URL + "/down"}); reasonOf(err) != ReasonRedirect {
 		t.Fatalf("https → http: %v", err)
 	}
 }
@@ -489,7 +488,7 @@ func TestBudgets(t *testing.T) {
 			}
 			_ = r.Close()
 		}
-		if _, err := get(s, ctx, "/", nil); errnoOf(err) != abi.ErrRequestBudget {
+		if _, err := get(s, ctx, "/", nil); reasonOf(err) != ReasonRequestBudget {
 			t.Fatalf("third request: %v", err)
 		}
 	})
@@ -509,26 +508,26 @@ func TestBudgets(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer r.Close()
-		if _, err := io.ReadAll(r); errnoOf(err) != abi.ErrBodyBudget {
+		if _, err := io.ReadAll(r); reasonOf(err) != ReasonBodyBudget {
 			t.Fatalf("oversized response: %v", err)
 		}
 	})
 	t.Run("request body", func(t *testing.T) {
 		s := session(Limits{MaxBodyBytes: 100}, nil)
-		if _, err := get(s, ctx, "/", make([]byte, 101)); errnoOf(err) != abi.ErrBodyBudget {
+		if _, err := get(s, ctx, "/", make([]byte, 101)); reasonOf(err) != ReasonBodyBudget {
 			t.Fatalf("oversized request: %v", err)
 		}
 	})
 	t.Run("response headers", func(t *testing.T) {
 		s := session(Limits{MaxResponseHeaderBytes: 4096}, nil)
-		if _, err := get(s, ctx, "/bigheader", nil); errnoOf(err) != abi.ErrHeaderBudget {
+		if _, err := get(s, ctx, "/bigheader", nil); reasonOf(err) != ReasonHeaderBudget {
 			t.Fatalf("oversized response headers: %v", err)
 		}
 	})
 	t.Run("request headers", func(t *testing.T) {
 		s := session(Limits{MaxRequestHeaderBytes: 1024}, nil)
 		_, err := s.Do(ctx, &Request{URL: srv.URL, Header: map[string]string{"X-Big": strings.Repeat("v", 2000)}})
-		if errnoOf(err) != abi.ErrHeaderBudget {
+		if reasonOf(err) != ReasonHeaderBudget {
 			t.Fatalf("oversized request headers: %v", err)
 		}
 	})
@@ -538,7 +537,7 @@ func TestBudgets(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := get(s, ctx, "/", nil); errnoOf(err) != abi.ErrConnBudget {
+		if _, err := get(s, ctx, "/", nil); reasonOf(err) != ReasonConnBudget {
 			t.Fatalf("second open response: %v", err)
 		}
 		_ = r.Close()
@@ -550,7 +549,7 @@ func TestBudgets(t *testing.T) {
 	})
 	t.Run("slow response past the timeout", func(t *testing.T) {
 		s := session(Limits{RequestTimeout: 200 * time.Millisecond}, nil)
-		if _, err := get(s, ctx, "/slow", nil); errnoOf(err) != abi.ErrTimeout || !errors.Is(err, context.DeadlineExceeded) {
+		if _, err := get(s, ctx, "/slow", nil); reasonOf(err) != ReasonTimeout || !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("slow response: %v", err)
 		}
 	})
@@ -558,7 +557,7 @@ func TestBudgets(t *testing.T) {
 		s := session(Limits{RequestTimeout: time.Hour}, nil)
 		dctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		defer cancel()
-		if _, err := get(s, dctx, "/slow", nil); errnoOf(err) != abi.ErrTimeout {
+		if _, err := get(s, dctx, "/slow", nil); reasonOf(err) != ReasonTimeout {
 			t.Fatalf("slow response: %v", err)
 		}
 	})
@@ -569,7 +568,7 @@ func TestBudgets(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer r.Close()
-		if _, err := io.ReadAll(r); errnoOf(err) != abi.ErrTimeout {
+		if _, err := io.ReadAll(r); reasonOf(err) != ReasonTimeout {
 			t.Fatalf("slow body: %v", err)
 		}
 	})
@@ -581,7 +580,7 @@ func TestBudgets(t *testing.T) {
 		go func() { _, err := get(s, cctx, "/slow", nil); done <- err }()
 		select {
 		case err := <-done:
-			if errnoOf(err) != abi.ErrTimeout || !strings.Contains(err.Error(), "cancelled") {
+			if reasonOf(err) != ReasonTimeout || !strings.Contains(err.Error(), "cancelled") {
 				t.Fatalf("cancelled request: %v", err)
 			}
 		case <-time.After(10 * time.Second):
@@ -591,7 +590,7 @@ func TestBudgets(t *testing.T) {
 	t.Run("memory", func(t *testing.T) {
 		acct := limits.NewAccount(1 << 10)
 		s := session(Limits{}, acct)
-		if _, err := get(s, ctx, "/", make([]byte, 2<<10)); errnoOf(err) != abi.ErrMemoryBudget {
+		if _, err := get(s, ctx, "/", make([]byte, 2<<10)); reasonOf(err) != ReasonMemoryBudget {
 			t.Fatalf("request body over memMB: %v", err)
 		}
 		r, err := get(s, ctx, "/", make([]byte, 100))
@@ -616,7 +615,7 @@ func TestBudgets(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.Close()
-		if _, err := r.Read(make([]byte, 10)); errnoOf(err) != abi.ErrBadHandle {
+		if _, err := r.Read(make([]byte, 10)); reasonOf(err) != ReasonBadHandle {
 			t.Fatalf("read after session close: %v", err)
 		}
 		if !acct.Reserve(1 << 20) {
@@ -656,11 +655,11 @@ func TestSecretSubstitution(t *testing.T) {
 		t.Fatalf("server saw %q", v)
 	}
 	_, err = s.Do(context.Background(), &Request{URL: "http://api.test:" + port + "/", Header: map[string]string{"Authorization": SecretPlaceholder("NOPE")}})
-	if errnoOf(err) != abi.ErrNotFound {
+	if reasonOf(err) != ReasonNotFound {
 		t.Fatalf("undeclared secret: %v", err)
 	}
 	_, err = s.Do(context.Background(), &Request{URL: "http://api.test:" + port + "/", Header: map[string]string{"Authorization": SecretPlaceholder("BAD")}})
-	if errnoOf(err) != abi.ErrInvalid || strings.Contains(err.Error(), "X-Evil") {
+	if reasonOf(err) != ReasonInvalid || strings.Contains(err.Error(), "X-Evil") {
 		t.Fatalf("secret with CRLF: %v", err)
 	}
 	// Unrestricted destinations never get secrets.
@@ -668,7 +667,7 @@ func TestSecretSubstitution(t *testing.T) {
 	s2 := NewSession(anyPol, o)
 	defer s2.Close()
 	_, err = s2.Do(context.Background(), &Request{URL: "http://api.test:" + port + "/", Header: map[string]string{"Authorization": SecretPlaceholder("TOKEN")}})
-	if errnoOf(err) != abi.ErrDenied {
+	if reasonOf(err) != ReasonDenied {
 		t.Fatalf("secret to an unrestricted destination: %v", err)
 	}
 	atts, _ := s.Attempts()

@@ -5,8 +5,6 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
-
-	"github.com/sandboxd/sandboxd/abi"
 )
 
 // FuzzRequest drives a whole request — method, URL, one header — through a
@@ -19,8 +17,8 @@ func FuzzRequest(f *testing.F) {
 	f.Add("get", "http://[::ffff:169.254.169.254]/", "Host", "x")
 	f.Add("PUT", "https://u@api.example.com/", "Authorization", "{{secret:T}}")
 	f.Add("DELETE", "http://private.example:8080/", "X", "{{secret:")
-	valid := map[abi.Errno]bool{}
-	for _, e := range abi.Errnos() {
+	valid := map[Reason]bool{}
+	for _, e := range Reasons() {
 		valid[e] = true
 	}
 	dns := map[string][][]string{
@@ -46,8 +44,8 @@ func FuzzRequest(f *testing.F) {
 				Secret: func(n string) (string, bool) { return "v", n == "T" }})
 			resp, err := s.Do(context.Background(), &Request{Method: method, URL: rawURL, Header: map[string]string{hname: hvalue}})
 			if err != nil {
-				if e := ErrnoOf(err); !valid[e] {
-					t.Fatalf("errno %d is not in the ABI table (%v)", e, err)
+				if e := ReasonOf(err); !valid[e] {
+					t.Fatalf("reason %q is not in the reason table (%v)", e, err)
 				}
 			} else {
 				_ = resp.Close()

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandboxd/sandboxd/abi"
 	"github.com/sandboxd/sandboxd/limits"
 )
 
@@ -147,12 +146,12 @@ func TestF08HeaderSizeNoLength(t *testing.T) {
 			_, err := s.Do(context.Background(), &Request{URL: "http://api.example.com/", Header: map[string]string{
 				"X-Pad": strings.Repeat("a", pad), "X-S": "{{secret:K}}",
 			}})
-			msgs = append(msgs, fmt.Sprintf("%d:%v:%d", pad, errnoOf(err), len(pn.Dialed())))
+			msgs = append(msgs, fmt.Sprintf("%d:%v:%d", pad, reasonOf(err), len(pn.Dialed())))
 			if err != nil && len(secret) > 1 && strings.Contains(err.Error(), fmt.Sprint(len(secret))) {
 				t.Fatalf("error %q carries the secret's length", err)
 			}
 		}
-		if got := strings.Join(msgs, " "); got != fmt.Sprintf("1000:%v:1 1100:%v:1 1200:%v:0", abi.Errno(0), abi.Errno(0), abi.ErrHeaderBudget) {
+		if got := strings.Join(msgs, " "); got != fmt.Sprintf("1000:%v:1 1100:%v:1 1200:%v:0", Reason(""), Reason(""), ReasonHeaderBudget) {
 			t.Fatalf("secret of %d bytes: %s", len(secret), got)
 		}
 	}
@@ -161,7 +160,7 @@ func TestF08HeaderSizeNoLength(t *testing.T) {
 	_, err := s.Do(context.Background(), &Request{URL: "http://api.example.com/", Header: map[string]string{
 		"X-S": strings.Repeat("{{secret:API_KEY}}", maxPlaceholders+1),
 	}})
-	if errnoOf(err) != abi.ErrInvalid {
+	if reasonOf(err) != ReasonInvalid {
 		t.Fatalf("too many placeholders: %v", err)
 	}
 }
@@ -194,10 +193,10 @@ func TestSecretDestinationBinding(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = do("http://other.example.com/x", "API_KEY")
-	if errnoOf(err) != abi.ErrDenied || !strings.Contains(err.Error(), `secret "API_KEY" may not be sent to http://other.example.com:80`) || strings.Contains(err.Error(), testSecret) {
+	if reasonOf(err) != ReasonDenied || !strings.Contains(err.Error(), `secret "API_KEY" may not be sent to http://other.example.com:80`) || strings.Contains(err.Error(), testSecret) {
 		t.Fatalf("bound secret elsewhere: %v", err)
 	}
-	if err := do("http://api.example.com:8080/x", "API_KEY"); errnoOf(err) != abi.ErrDenied {
+	if err := do("http://api.example.com:8080/x", "API_KEY"); reasonOf(err) != ReasonDenied {
 		t.Fatalf("bound to ports 80 and 8443, sent to 8080: %v", err)
 	}
 	if err := do("http://other.example.com/x", "FREE"); err != nil {
@@ -220,20 +219,20 @@ func TestF09IPEntryScope(t *testing.T) {
 	cases := []struct {
 		hosts  []string
 		url    string
-		want   abi.Errno
+		want   Reason
 		dialed string
 	}{
-		{[]string{"http://127.0.0.1:9", "*.corp.test:*"}, "http://svc.corp.test:18800/", abi.ErrDenied, "[]"},
-		{[]string{"http://127.0.0.1:18800", "*.corp.test:*"}, "http://svc.corp.test:18800/", abi.ErrDenied, "[]"},
-		{[]string{"127.0.0.0/8:*", "*.corp.test:*"}, "http://svc.corp.test:18800/", abi.ErrDenied, "[]"},
-		{[]string{"*.corp.test:*"}, "http://svc.corp.test:18800/", abi.ErrDenied, "[]"},
-		{[]string{"http://127.0.0.1:9"}, "http://127.0.0.1:18800/", abi.ErrDenied, "[]"},
-		{[]string{"http://127.0.0.1:9"}, "https://127.0.0.1:9/", abi.ErrDenied, "[]"},
-		{[]string{"http://127.0.0.1:9"}, "http://127.0.0.1:9/", 0, "[127.0.0.1:9]"},
-		{[]string{"http://127.0.0.1:9"}, "http://[::ffff:127.0.0.1]:9/", 0, "[127.0.0.1:9]"},
-		{[]string{"127.0.0.0/8:*"}, "http://127.0.0.2:18800/", 0, "[127.0.0.2:18800]"},
+		{[]string{"http://127.0.0.1:9", "*.corp.test:*"}, "http://svc.corp.test:18800/", ReasonDenied, "[]"},
+		{[]string{"http://127.0.0.1:18800", "*.corp.test:*"}, "http://svc.corp.test:18800/", ReasonDenied, "[]"},
+		{[]string{"127.0.0.0/8:*", "*.corp.test:*"}, "http://svc.corp.test:18800/", ReasonDenied, "[]"},
+		{[]string{"*.corp.test:*"}, "http://svc.corp.test:18800/", ReasonDenied, "[]"},
+		{[]string{"http://127.0.0.1:9"}, "http://127.0.0.1:18800/", ReasonDenied, "[]"},
+		{[]string{"http://127.0.0.1:9"}, "https://127.0.0.1:9/", ReasonDenied, "[]"},
+		{[]string{"http://127.0.0.1:9"}, "http://127.0.0.1:9/", "", "[127.0.0.1:9]"},
+		{[]string{"http://127.0.0.1:9"}, "http://[::ffff:127.0.0.1]:9/", "", "[127.0.0.1:9]"},
+		{[]string{"127.0.0.0/8:*"}, "http://127.0.0.2:18800/", "", "[127.0.0.2:18800]"},
 		// A name with a public and a loopback answer: only the public one.
-		{[]string{"http://127.0.0.1:80", "*.corp.test"}, "http://mixed.corp.test/", 0, "[93.184.216.34:80]"},
+		{[]string{"http://127.0.0.1:80", "*.corp.test"}, "http://mixed.corp.test/", "", "[93.184.216.34:80]"},
 	}
 	for _, c := range cases {
 		pol, err := ParsePolicy("allowlist", c.hosts)
@@ -247,7 +246,7 @@ func TestF09IPEntryScope(t *testing.T) {
 			_ = resp.Close()
 		}
 		s.Close()
-		if errnoOf(err) != c.want || fmt.Sprint(pn.Dialed()) != c.dialed {
+		if reasonOf(err) != c.want || fmt.Sprint(pn.Dialed()) != c.dialed {
 			t.Errorf("%v %s: %v, dialled %v; want %v, %s", c.hosts, c.url, err, pn.Dialed(), c.want, c.dialed)
 		}
 	}
@@ -288,7 +287,7 @@ func TestSecretRequestNoPartialOrEncodedAnswer(t *testing.T) {
 	for _, h := range []string{"Range", "If-Range", "Accept-Encoding"} {
 		s, pn := secretSession(t, pol, reflector(), nil)
 		_, err := s.Do(context.Background(), &Request{URL: "http://api.example.com/", Header: map[string]string{"X-S": "{{secret:API_KEY}}", h: "bytes=0-10"}})
-		if errnoOf(err) != abi.ErrInvalid || len(pn.Dialed()) != 0 {
+		if reasonOf(err) != ReasonInvalid || len(pn.Dialed()) != 0 {
 			t.Errorf("%s with a placeholder: %v", h, err)
 		}
 	}
@@ -297,7 +296,7 @@ func TestSecretRequestNoPartialOrEncodedAnswer(t *testing.T) {
 		_, _ = io.WriteString(w, r.Header.Get("X-S"))
 	})
 	s, _ := secretSession(t, pol, brotli, nil)
-	if _, err := s.Do(context.Background(), &Request{URL: "http://api.example.com/", Header: map[string]string{"X-S": "{{secret:API_KEY}}"}}); errnoOf(err) != abi.ErrUnavailable {
+	if _, err := s.Do(context.Background(), &Request{URL: "http://api.example.com/", Header: map[string]string{"X-S": "{{secret:API_KEY}}"}}); reasonOf(err) != ReasonUnavailable {
 		t.Fatalf("encoded answer: %v", err)
 	}
 	// Without a placeholder, both are fine.

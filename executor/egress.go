@@ -42,12 +42,6 @@ func parseNetwork(m *manifest.Manifest) (*egress.Policy, error) {
 	return p, nil
 }
 
-// checkNetwork is the load-time check of the network policy.
-func checkNetwork(mt *manifest.Tool) error {
-	_, err := parseNetwork(mt.Manifest)
-	return err
-}
-
 // egressState is one invocation's HTTP import state: its egress session and
 // open response handles. It is created by the first http_request and closed
 // when the invocation's context ends.
@@ -64,7 +58,9 @@ type openResponse struct {
 	eof     bool
 }
 
-// egressOptions builds the session options of one invocation.
+// egressOptions builds the session options of one invocation, for every
+// handler kind: the operator's resolver, dialer, ranges, TLS and budgets,
+// the call's memory account, and the tool's secrets (secretValue).
 func (t *Tool) egressOptions(inv *invocation) egress.Options {
 	ec := t.exec.cfg.egress
 	return egress.Options{
@@ -84,7 +80,7 @@ func (t *Tool) egressOptions(inv *invocation) egress.Options {
 // secretValue returns a declared secret: from the call context first, then
 // from the operator's source. Undeclared names have no value.
 func (inv *invocation) secretValue(name string) (string, bool) {
-	if !inv.tool.needs.secrets[name] {
+	if !inv.tool.secretNames[name] {
 		return "", false
 	}
 	if v, ok := inv.secrets[name]; ok {
@@ -111,20 +107,16 @@ func (inv *invocation) secretGet(name string) ([]byte, abi.Errno, string) {
 
 // egressFor returns the invocation's egress state, starting it on first use.
 // ctx is the host call's context: the state is closed when it ends.
-func (inv *invocation) egressFor(ctx context.Context) (*egressState, error) {
+func (inv *invocation) egressFor(ctx context.Context) *egressState {
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
 	if inv.egress != nil {
-		return inv.egress, nil
+		return inv.egress
 	}
-	pol, err := parseNetwork(inv.tool.m.Manifest)
-	if err != nil {
-		return nil, err
-	}
-	st := &egressState{session: egress.NewSession(pol, inv.tool.egressOptions(inv)), handles: map[int32]*openResponse{}}
+	st := &egressState{session: egress.NewSession(inv.tool.policy, inv.tool.egressOptions(inv)), handles: map[int32]*openResponse{}}
 	inv.egress = st
 	context.AfterFunc(ctx, st.session.Close)
-	return st, nil
+	return st
 }
 
 // EgressAttempts returns the audit trail of an invocation's egress.
@@ -169,13 +161,10 @@ func (inv *invocation) httpRequest(ctx context.Context, mod api.Module, reqPtr, 
 		}
 		body = b
 	}
-	st, err := inv.egressFor(ctx)
-	if err != nil {
-		return int64(inv.fail(abi.ErrInternal, "the network policy does not parse"))
-	}
+	st := inv.egressFor(ctx)
 	resp, err := st.session.Do(ctx, &egress.Request{Method: rj.Method, URL: rj.URL, Header: rj.Headers, Body: body})
 	if err != nil {
-		return int64(inv.fail(egress.ErrnoOf(err), "%s", egressMessage(err)))
+		return int64(inv.fail(errnoOf(err), "%s", egress.MessageOf(err)))
 	}
 	hdr, _ := json.Marshal(resp.HeadersMap()) // encoding/json sorts the names
 	st.mu.Lock()
@@ -184,14 +173,6 @@ func (inv *invocation) httpRequest(ctx context.Context, mod api.Module, reqPtr, 
 	h := st.next
 	st.handles[h] = &openResponse{resp: resp, headers: hdr}
 	return int64(h)
-}
-
-func egressMessage(err error) string {
-	var e *egress.Error
-	if errors.As(err, &e) {
-		return e.Msg
-	}
-	return err.Error()
 }
 
 // response looks up an open response handle.
@@ -253,7 +234,7 @@ func (inv *invocation) httpBodyRead(mod api.Module, h int32, ptr, n uint32) int3
 			return 0
 		}
 		if err != nil {
-			return inv.fail(egress.ErrnoOf(err), "%s", egressMessage(err))
+			return inv.fail(errnoOf(err), "%s", egress.MessageOf(err))
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/tetratelabs/wazero"
 
 	"github.com/sandboxd/sandboxd/artifact"
+	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/manifest"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
@@ -198,14 +200,19 @@ func (e *Executor) load(ctx context.Context, mt *manifest.Tool, o *loadOptions) 
 	if posture == manifest.PostureStrict && mt.Network != nil && mt.Network.Kind == "unrestricted" {
 		return nil, toolerr.New(toolerr.PolicyRefused, "a strict tool cannot have network kind \"unrestricted\"")
 	}
-	if err := checkNetwork(mt); err != nil { // egress.go
+	policy, err := parseNetwork(mt.Manifest) // egress.go: compiled once, shared by every call's egress
+	if err != nil {
 		return nil, err
 	}
+	var spec *httpSpec
 	if mt.CodeArtifactRef == nil {
-		if len(mt.Spec) > 0 {
-			return e.newHTTPTool(mt) // httptool.go
+		if len(mt.Spec) == 0 {
+			return nil, toolerr.New(toolerr.InvalidToolDefinition, "the tool has no handler: codeArtifactRef is required")
 		}
-		return nil, toolerr.New(toolerr.InvalidToolDefinition, "the tool has no handler: codeArtifactRef is required")
+		if spec, err = compileHTTPSpec(mt.Manifest, policy); err != nil { // httptool.go
+			return nil, err
+		}
+		policy = spec.policy
 	}
 	lim, err := e.effectiveLimits(mt.Manifest)
 	if err != nil {
@@ -215,11 +222,30 @@ func (e *Executor) load(ctx context.Context, mt *manifest.Tool, o *loadOptions) 
 	if err != nil {
 		return nil, err
 	}
-	mod, err := e.resolve(ctx, mt.Manifest, o)
-	if err != nil {
+	t := &Tool{
+		exec: e, m: mt, posture: posture, limits: lim, memLimit: lim.memMB * limits.MiB,
+		needs: needs, secretNames: needs.secrets, policy: policy, source: "spec",
+	}
+	var mod *artifact.Module
+	if spec != nil {
+		if spec.authSecret != "" {
+			t.secretNames = maps.Clone(needs.secrets)
+			t.secretNames[spec.authSecret] = true
+		}
+	} else {
+		if mod, err = e.resolve(ctx, mt.Manifest, o); err != nil {
+			return nil, err
+		}
+		t.digest, t.source = mod.Digest, mod.Source
+	}
+	if t.h, err = e.newHandler(ctx, t, spec, mod); err != nil { // handler.go: the one place a handler kind is chosen
 		return nil, err
 	}
-	return e.newTool(ctx, mt, mod, lim, needs)
+	if err := e.register(t); err != nil {
+		_ = t.h.close(ctx)
+		return nil, err
+	}
+	return t, nil
 }
 
 func (e *Executor) resolve(ctx context.Context, m *manifest.Manifest, o *loadOptions) (*artifact.Module, error) {

@@ -147,4 +147,7 @@ func exitedOK(err error) bool {
 // Metered reports whether the tool's guest is interrupted through fuel
 // metering (false: the pass refused the module and wazero's
 // close-on-context-done stands in).
-func (t *Tool) Metered() bool { return t.metered }
+func (t *Tool) Metered() bool {
+	c, ok := t.h.(interface{ code() *wasmCode })
+	return ok && c.code().metered
+}

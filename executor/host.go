@@ -156,7 +156,7 @@ func noInvocation(stack []uint64) {
 	stack[0] = api.EncodeI32(int32(abi.ErrNoInvocation))
 }
 
-// hostFunctions builds the sandboxd_v1 host module for one tool's runtime.
+// instantiateHost builds the sandboxd_v1 host module for one tool's runtime.
 func (t *Tool) instantiateHost(ctx context.Context, r wazero.Runtime) error {
 	i32, i64 := api.ValueTypeI32, api.ValueTypeI64
 	b := r.NewHostModuleBuilder(abi.ModuleName)
@@ -170,14 +170,7 @@ func (t *Tool) instantiateHost(ctx context.Context, r wazero.Runtime) error {
 		for i, p := range sig.Results {
 			results[i] = map[abi.ValType]api.ValueType{abi.I32: i32, abi.I64: i64}[p]
 		}
-		// Every call pays hostCallFuel and checks the interrupt on entry
-		// (fuel.Charge), and checks it again before returning.
-		metered := func(ctx context.Context, mod api.Module, stack []uint64) {
-			fuel.Charge(ctx, hostCallFuel)
-			fn(ctx, mod, stack)
-			fuel.Check(ctx)
-		}
-		b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(metered), params, results).Export(name)
+		hostFunction(b, name, params, results, fn) // guestabi.go: charged and interruptible
 	}
 	readValue := func(get func(inv *invocation) []byte) api.GoModuleFunc {
 		return func(ctx context.Context, mod api.Module, stack []uint64) {

@@ -15,7 +15,6 @@ import (
 
 	"golang.org/x/text/unicode/norm"
 
-	"github.com/sandboxd/sandboxd/abi"
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/manifest"
@@ -80,9 +79,10 @@ func specErr(format string, args ...any) error {
 
 // compileHTTPSpec checks a spec.kind "http" at load: the URL template (a
 // placeholder only in the path or query), the headers, the authorization
-// and the network policy, which must admit the template's origin. With no
-// network in the manifest the tool may reach only that origin.
-func compileHTTPSpec(m *manifest.Manifest) (*httpSpec, error) {
+// and the network policy (pol, compiled from the manifest), which must admit
+// the template's origin. With no network in the manifest the tool may reach
+// only that origin: spec.policy is then that one-entry allowlist.
+func compileHTTPSpec(m *manifest.Manifest, pol *egress.Policy) (*httpSpec, error) {
 	var sj httpSpecJSON
 	if err := json.Unmarshal(m.Spec, &sj); err != nil {
 		return nil, specErr("%v", err)
@@ -137,11 +137,11 @@ func compileHTTPSpec(m *manifest.Manifest) (*httpSpec, error) {
 	if m.Network == nil {
 		entry := origin.Scheme + "://" + origin.Host.String() + ":" + strconv.Itoa(origin.Port)
 		s.policy, err = egress.ParsePolicy("allowlist", []string{entry})
+		if err != nil {
+			return nil, err
+		}
 	} else {
-		s.policy, err = parseNetwork(m)
-	}
-	if err != nil {
-		return nil, err
+		s.policy = pol
 	}
 	if _, ok := s.policy.Match(origin); !ok {
 		return nil, toolerr.New(toolerr.InvalidToolDefinition, "spec.urlTemplate's origin %s is not admitted by the tool's network policy", origin)
@@ -373,34 +373,21 @@ func isHeaderToken(s string) bool {
 	return true
 }
 
-// newHTTPTool loads a declarative HTTP tool.
-func (e *Executor) newHTTPTool(mt *manifest.Tool) (*Tool, error) {
-	spec, err := compileHTTPSpec(mt.Manifest)
-	if err != nil {
-		return nil, err
-	}
-	lim, err := e.effectiveLimits(mt.Manifest)
-	if err != nil {
-		return nil, err
-	}
-	nd, err := compileNeeds(mt.Manifest)
-	if err != nil {
-		return nil, err
-	}
-	t := &Tool{
-		exec: e, m: mt, posture: mt.Posture(), limits: lim, memLimit: lim.memMB * limits.MiB,
-		needs: nd, source: "spec", style: HTTP, httpSpec: spec,
-	}
-	if err := e.register(t); err != nil {
-		return nil, err
-	}
-	return t, nil
+// httpHandler performs a declarative HTTP tool's request (spec.kind
+// "http"); no Wasm runs.
+type httpHandler struct {
+	*Tool
+	spec *httpSpec
 }
 
-// runHTTP performs a declarative HTTP tool's request through the same
-// egress policy, dialer and budgets as the HTTP import.
-func (t *Tool) runHTTP(ctx context.Context, inv *invocation, cc *CallContext) *runOutcome {
-	s := t.httpSpec
+func (h *httpHandler) style() Style { return HTTP }
+
+func (h *httpHandler) close(context.Context) error { return nil }
+
+// run performs a declarative HTTP tool's request through the same egress
+// policy, dialer and budgets as the HTTP import.
+func (t *httpHandler) run(ctx context.Context, inv *invocation, _ map[string]string) *runOutcome {
+	s := t.spec
 	acct := limits.NewAccount(t.memLimit)
 	inv.acct = acct
 	out := &runOutcome{}
@@ -428,20 +415,9 @@ func (t *Tool) runHTTP(ctx context.Context, inv *invocation, cc *CallContext) *r
 	for _, h := range s.headers {
 		hdr[h[0]] = h[1]
 	}
-	secret := func(name string) (string, bool) {
-		if name != s.authSecret && !t.needs.secrets[name] {
-			return "", false
-		}
-		if v, ok := inv.secrets[name]; ok {
-			return v, true
-		}
-		if v, ok := cc.Secrets[name]; ok { // the authorization secretRef, declared by the spec
-			return v, true
-		}
-		return t.exec.cfg.egress.operatorSecret(t.ID(), name)
-	}
 	if s.authHeader != "" {
-		if _, ok := secret(s.authSecret); !ok {
+		if _, ok := inv.secretValue(s.authSecret); !ok { // egress.go: the secretRef is one of t.secretNames
+
 			out.err = &toolerr.Error{Code: toolerr.InputValidationFailed, Message: "secret " + s.authSecret + " (spec.authorization.secretRef) has no value",
 				Issues: []toolerr.Issue{{InstancePath: "/ctx/secrets", SchemaPath: "#/spec/authorization/secretRef", Keyword: "required",
 					Params: map[string]any{"missingProperty": s.authSecret}, Message: "must have required property '" + s.authSecret + "'"}}}
@@ -466,13 +442,9 @@ func (t *Tool) runHTTP(ctx context.Context, inv *invocation, cc *CallContext) *r
 		body = []byte(fillText(s.bodyTmpl, in))
 		hdr["Content-Type"] = "text/plain; charset=utf-8"
 	}
-	ec := t.exec.cfg.egress
-	lim := ec.limits
-	lim.RequestTimeout = s.timeout
-	sess := egress.NewSession(s.policy, egress.Options{
-		Resolver: ec.resolver, Dial: ec.dial, AllowRanges: ec.allowRanges, TLSConfig: ec.tls,
-		Limits: lim, Memory: acct, Secret: secret, SecretDestinations: ec.secretDests,
-	})
+	opts := t.egressOptions(inv) // egress.go: the options every kind's egress uses
+	opts.Limits.RequestTimeout = s.timeout
+	sess := egress.NewSession(t.policy, opts)
 	defer sess.Close()
 	inv.mu.Lock()
 	inv.egress = &egressState{session: sess}
@@ -525,22 +497,22 @@ func (t *Tool) runHTTP(ctx context.Context, inv *invocation, cc *CallContext) *r
 }
 
 // httpToolError maps an egress failure of a declarative HTTP tool.
-func (t *Tool) httpToolError(ctx context.Context, acct *limits.Account, err error) error {
+func (t *httpHandler) httpToolError(ctx context.Context, acct *limits.Account, err error) error {
 	switch {
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return toolerr.Wrap(toolerr.DeadlineExceeded, context.DeadlineExceeded, "the wall deadline passed during the request")
 	case errors.Is(ctx.Err(), context.Canceled):
 		return toolerr.Wrap(toolerr.Cancelled, context.Canceled, "the call was cancelled")
 	}
-	errno := egress.ErrnoOf(err)
-	msg := egressMessage(err)
-	switch errno {
-	case abi.ErrDenied:
-		return &toolerr.Error{Code: toolerr.PolicyRefused, Message: msg, Details: map[string]any{"egress": errno.String()}}
-	case abi.ErrMemoryBudget:
+	reason := egress.ReasonOf(err)
+	msg := egress.MessageOf(err)
+	switch reason {
+	case egress.ReasonDenied:
+		return &toolerr.Error{Code: toolerr.PolicyRefused, Message: msg, Details: map[string]any{"egress": string(reason)}}
+	case egress.ReasonMemoryBudget:
 		return t.memExceeded(acct.Refused(), msg)
 	}
-	return &toolerr.Error{Code: toolerr.HandlerError, Message: msg, Details: map[string]any{"egress": errno.String()}}
+	return &toolerr.Error{Code: toolerr.HandlerError, Message: msg, Details: map[string]any{"egress": string(reason)}}
 }
 
 // errMemMB is readCharged's refusal: the body does not fit in the account.

@@ -136,7 +136,7 @@ var needsSalt = func() []byte {
 
 // warmKey returns the key of a call with env and inv's config and secrets;
 // the zero key for a tool that keeps no warm instances.
-func (t *Tool) warmKey(env map[string]string, inv *invocation) needsKey {
+func (t *reactorHandler) warmKey(env map[string]string, inv *invocation) needsKey {
 	var k needsKey
 	if t.idle == nil {
 		return k

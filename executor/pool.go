@@ -72,13 +72,12 @@ func (c *Config) poolLimits() (budget int64, idle time.Duration) {
 	return budget, idle
 }
 
-func (t *Tool) poolable() bool {
-	return t.style == Reactor &&
-		(t.posture == manifest.PostureContextIsolated || t.posture == manifest.PostureStrict) &&
+func (t *reactorHandler) poolable() bool {
+	return (t.posture == manifest.PostureContextIsolated || t.posture == manifest.PostureStrict) &&
 		len(t.needs.env) == 0
 }
 
-func (t *Tool) startPool() {
+func (t *reactorHandler) startPool() {
 	size := defaultPoolSize
 	if t.exec.cfg.poolSizeSet {
 		size = t.exec.cfg.poolSize
@@ -97,7 +96,7 @@ func (t *Tool) startPool() {
 // refill tops the pool up whenever a call took an instance. A failure to
 // instantiate stops refilling until the next take, so a module whose
 // _initialize fails costs its callers, not a spinning background loop.
-func (t *Tool) refill(p *pool) {
+func (t *reactorHandler) refill(p *pool) {
 	defer close(p.done)
 	budget, idle := t.exec.cfg.poolLimits()
 	tick := time.NewTicker(max(idle/4, time.Millisecond))
@@ -145,7 +144,7 @@ func (t *Tool) refill(p *pool) {
 
 // shrinkIdle lowers the target of a pool nobody took from for idle, and
 // closes the ready instances above it.
-func (t *Tool) shrinkIdle(p *pool, idle time.Duration) {
+func (t *reactorHandler) shrinkIdle(p *pool, idle time.Duration) {
 	if time.Since(time.Unix(0, p.lastTake.Load())) < idle {
 		return
 	}
@@ -167,7 +166,7 @@ func (t *Tool) shrinkIdle(p *pool, idle time.Duration) {
 // recycle handles an instance a call gave back: one that can be reset goes
 // back into the pool (recycle.go), any other is closed. It reports whether
 // the pool lost an instance it should replace.
-func (t *Tool) recycle(p *pool, in *instance, budget int64) (replace bool) {
+func (t *reactorHandler) recycle(p *pool, in *instance, budget int64) (replace bool) {
 	if in.snap == nil {
 		_ = in.mod.Close(context.Background())
 		return false
@@ -182,7 +181,7 @@ func (t *Tool) recycle(p *pool, in *instance, budget int64) (replace bool) {
 
 // putBack puts a reset instance into the pool if the pool has room and the
 // executor's pool budget allows it, and reports whether it did.
-func (t *Tool) putBack(p *pool, in *instance, budget int64) bool {
+func (t *reactorHandler) putBack(p *pool, in *instance, budget int64) bool {
 	size := in.heldBytes()
 	if t.exec.pooledBytes.Add(size) <= budget {
 		select {
@@ -207,7 +206,7 @@ const inlineResetMax = 256 << 10
 // recycleInline resets a recyclable instance on the caller's goroutine and
 // puts it back into the pool, when that is the cheaper way (see
 // inlineResetMax). It reports whether it did.
-func (t *Tool) recycleInline(in *instance) bool {
+func (t *reactorHandler) recycleInline(in *instance) bool {
 	p := t.pool
 	if p == nil || in.snap == nil || !in.reusable || t.closed.Load() ||
 		(in.snap.memSize > inlineResetMax && len(p.ready) > 0) {
@@ -229,7 +228,7 @@ const retireQueue = 16
 // goroutine, which recycles it (recycle.go) or closes it off the caller's
 // path (unmapping memory costs more than a small call); without a pool it is
 // closed here.
-func (t *Tool) retire(in *instance) {
+func (t *reactorHandler) retire(in *instance) {
 	if p := t.pool; p != nil {
 		if !t.closed.Load() {
 			select {
@@ -247,7 +246,7 @@ func (t *Tool) retire(in *instance) {
 
 // takeInstance returns a ready instance (pooled, or warm for posture none
 // and made for calls with the same needs, key), or nil when none is ready.
-func (t *Tool) takeInstance(key needsKey) *instance {
+func (t *reactorHandler) takeInstance(key needsKey) *instance {
 	if p := t.pool; p != nil {
 		p.lastTake.Store(time.Now().UnixNano())
 		var in *instance
@@ -352,7 +351,7 @@ func (w *warmSet) drain() []*instance {
 // putWarm keeps in, which just served a call with key cleanly, for the next
 // call with the same key, when t keeps warm instances (posture none); it
 // reports whether it did.
-func (t *Tool) putWarm(in *instance, key needsKey) bool {
+func (t *reactorHandler) putWarm(in *instance, key needsKey) bool {
 	if t.closed.Load() {
 		return false
 	}
@@ -363,7 +362,7 @@ func (t *Tool) putWarm(in *instance, key needsKey) bool {
 	return kept
 }
 
-func (t *Tool) stopPool(ctx context.Context) {
+func (t *reactorHandler) stopPool(ctx context.Context) {
 	p := t.pool
 	if p == nil {
 		return
@@ -419,6 +418,13 @@ func (s *switchWriter) Write(p []byte) (int, error) {
 // pool size). Both are 0 for a tool that is not pooled (posture none, command
 // style, declared env, declarative HTTP, pool size 0).
 func (t *Tool) PoolStats() (ready, target int) {
+	if p, ok := t.h.(interface{ poolStats() (int, int) }); ok {
+		return p.poolStats()
+	}
+	return 0, 0
+}
+
+func (t *reactorHandler) poolStats() (ready, target int) {
 	if p := t.pool; p != nil {
 		return len(p.ready), int(p.target.Load())
 	}

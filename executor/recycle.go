@@ -70,7 +70,7 @@ type snapshot struct {
 // says the module is resettable. Nothing the module exports is consulted for
 // that decision: a module may export any name the pass does not reserve for
 // it.
-func (t *Tool) recyclable() bool {
+func (t *reactorHandler) recyclable() bool {
 	return t.metered && t.verdict.resettable && t.poolable() && t.posture == manifest.PostureContextIsolated &&
 		!t.exec.cfg.deterministic && !t.exec.cfg.noRecycle
 }
@@ -213,6 +213,13 @@ func (in *instance) heldBytes() int64 { return in.acct.Linear() + in.tables.byte
 // RecycledCalls returns how many calls of t were served by a recycled
 // instance (0 for a tool that does not recycle).
 func (t *Tool) RecycledCalls() int64 {
+	if r, ok := t.h.(interface{ recycledCalls() int64 }); ok {
+		return r.recycledCalls()
+	}
+	return 0
+}
+
+func (t *reactorHandler) recycledCalls() int64 {
 	if p := t.pool; p != nil {
 		return p.recycled.Load()
 	}

@@ -1,20 +1,18 @@
 package executor
 
 import (
-	"context"
 	"fmt"
 	"math/bits"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 
-	"github.com/sandboxd/sandboxd/abi"
 	"github.com/sandboxd/sandboxd/internal/wasmbin"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
 
-// Style is a handler's entry style (ABI v1).
+// Style is a handler's entry style.
 type Style string
 
 // The two entry styles.
@@ -27,30 +25,21 @@ const (
 // pointer-sized reference per element).
 const tableElemBytes = 8
 
-// checkShape verifies the compiled module against ABI v1 and the memory cap:
-// every import comes from sandboxd_v1 or wasi_snapshot_preview1 and exists
-// there with the same signature, the entry points are well-formed, and the
-// declared minimum memory and tables fit in memMB. It reports the style.
-func checkShape(ctx context.Context, r wazero.Runtime, cm wazero.CompiledModule, bin []byte, memLimit int64, memMB int64) (Style, bool, error) {
-	shape := func(format string, args ...any) error {
-		return toolerr.New(toolerr.HandlerShapeInvalid, format, args...)
-	}
-	parsed, err := wasmbin.Parse(bin)
-	if err != nil {
-		return "", false, shape("cannot read module structure: %v", err)
-	}
-	hosts := map[string]api.Module{abi.ModuleName: r.Module(abi.ModuleName), abi.WASIModuleName: r.Module(abi.WASIModuleName)}
-	var tableMin uint64
+// checkImports verifies that every import of the module comes from one of
+// hosts (module name → instantiated host module) and exists there as a
+// function with the same signature. allowed names the modules for the
+// message.
+func checkImports(cm wazero.CompiledModule, parsed *wasmbin.Module, hosts map[string]api.Module, allowed string) error {
 	for _, im := range parsed.Imports {
 		host, ok := hosts[im.Module]
 		if !ok {
-			return "", false, shape("import %s.%s: module %q is not allowed (only %s and %s)", im.Module, im.Name, im.Module, abi.ModuleName, abi.WASIModuleName)
+			return shapeErr("import %s.%s: module %q is not allowed (only %s)", im.Module, im.Name, im.Module, allowed)
 		}
 		if im.Kind != wasmbin.KindFunc {
-			return "", false, shape("import %s.%s: %s imports are not provided by %s", im.Module, im.Name, im.Kind, im.Module)
+			return shapeErr("import %s.%s: %s imports are not provided by %s", im.Module, im.Name, im.Kind, im.Module)
 		}
 		if _, ok := host.ExportedFunctionDefinitions()[im.Name]; !ok {
-			return "", false, shape("import %s.%s: no such function in %s", im.Module, im.Name, im.Module)
+			return shapeErr("import %s.%s: no such function in %s", im.Module, im.Name, im.Module)
 		}
 	}
 	for _, f := range cm.ImportedFunctions() {
@@ -61,42 +50,23 @@ func checkShape(ctx context.Context, r wazero.Runtime, cm wazero.CompiledModule,
 		}
 		want := host.ExportedFunctionDefinitions()[name]
 		if !sameTypes(f.ParamTypes(), want.ParamTypes()) || !sameTypes(f.ResultTypes(), want.ResultTypes()) {
-			return "", false, shape("import %s.%s has signature %s, want %s", mod, name, sigString(f), sigString(want))
+			return shapeErr("import %s.%s has signature %s, want %s", mod, name, sigString(f), sigString(want))
 		}
 	}
+	return nil
+}
+
+func shapeErr(format string, args ...any) error {
+	return toolerr.New(toolerr.HandlerShapeInvalid, format, args...)
+}
+
+// checkMinimumMemory refuses, before anything runs, a module whose declared
+// minimum memory and tables do not fit in memMB.
+func checkMinimumMemory(cm wazero.CompiledModule, parsed *wasmbin.Module, memLimit int64, memMB int64) error {
+	var tableMin uint64
 	for _, t := range parsed.Tables {
 		tableMin += t.Min
 	}
-
-	exports := cm.ExportedFunctions()
-	start, hasStart := exports[abi.ExportStart]
-	handle, hasHandle := exports[abi.ExportHandle]
-	initFn, hasInit := exports[abi.ExportInitialize]
-	var style Style
-	switch {
-	case hasStart:
-		if hasInit {
-			return "", false, shape("module exports both %s and %s; a handler is a command or a reactor, not both", abi.ExportStart, abi.ExportInitialize)
-		}
-		if len(start.ParamTypes())+len(start.ResultTypes()) != 0 {
-			return "", false, shape("export %s has signature %s, want () -> ()", abi.ExportStart, sigString(start))
-		}
-		style = Command
-	case hasHandle:
-		if len(handle.ParamTypes()) != 0 || !sameTypes(handle.ResultTypes(), []api.ValueType{api.ValueTypeI32}) {
-			return "", false, shape("export %s has signature %s, want () -> (i32)", abi.ExportHandle, sigString(handle))
-		}
-		if hasInit && len(initFn.ParamTypes())+len(initFn.ResultTypes()) != 0 {
-			return "", false, shape("export %s has signature %s, want () -> ()", abi.ExportInitialize, sigString(initFn))
-		}
-		if _, ok := cm.ExportedMemories()[abi.ExportMemory]; !ok {
-			return "", false, shape("reactor does not export its memory as %q", abi.ExportMemory)
-		}
-		style = Reactor
-	default:
-		return "", false, shape("module exports no entry point: a handler exports %s (command) or %s (reactor)", abi.ExportStart, abi.ExportHandle)
-	}
-
 	var memMin uint64
 	for _, m := range cm.ExportedMemories() {
 		memMin = max(memMin, uint64(m.Min()))
@@ -106,10 +76,10 @@ func checkShape(ctx context.Context, r wazero.Runtime, cm wazero.CompiledModule,
 	}
 	need := int64(memMin*limits.PageSize + tableMin*tableElemBytes)
 	if need > memLimit {
-		return "", false, toolerr.Limits(&toolerr.LimitsError{Limit: toolerr.LimitMemMB, Declared: memMB, Observed: ceilMB(need)},
+		return toolerr.Limits(&toolerr.LimitsError{Limit: toolerr.LimitMemMB, Declared: memMB, Observed: ceilMB(need)},
 			fmt.Sprintf("the module's declared minimum memory and tables (%d bytes) exceed memMB %d; refused before running", need, memMB))
 	}
-	return style, hasInit, nil
+	return nil
 }
 
 // tableCap is the element cap for every table of a tool with memLimit bytes:

@@ -81,7 +81,7 @@ func (in *instance) resetAccount() {
 // instance and caps guest logs as a call's are (writers.go). It reserves the
 // module's initial tables first; false means they do not fit in memMB (the
 // Account recorded the refusal).
-func (t *Tool) initContext(ctx context.Context, tables *tableAccount) (context.Context, bool) {
+func (t *reactorHandler) initContext(ctx context.Context, tables *tableAccount) (context.Context, bool) {
 	if !tables.ReserveTable(t.verdict.tableElems) {
 		return ctx, false
 	}

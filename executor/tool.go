@@ -1,7 +1,6 @@
 package executor
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -14,22 +13,19 @@ import (
 	"time"
 
 	"github.com/tetratelabs/wazero"
-	"github.com/tetratelabs/wazero/api"
-	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/sandboxd/sandboxd/abi"
-	"github.com/sandboxd/sandboxd/artifact"
 	"github.com/sandboxd/sandboxd/egress"
-	"github.com/sandboxd/sandboxd/internal/fuel"
-	"github.com/sandboxd/sandboxd/internal/wasmbin"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/manifest"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
 
-// Tool is a loaded, compiled tool. It is safe for concurrent use; Close it
-// when done.
+// Tool is a loaded tool. It is safe for concurrent use; Close it when done.
+// What runs a call is its handler (handler.go), chosen once at load: an
+// ABI reactor, a WASI command or a declarative HTTP request; everything
+// else here is the same for every kind.
 type Tool struct {
 	exec     *Executor
 	m        *manifest.Tool
@@ -40,88 +36,14 @@ type Tool struct {
 	digest   string
 	source   string
 
-	runtime  wazero.Runtime
-	compiled wazero.CompiledModule
-	style    Style
-	hasInit  bool
-	metered  bool        // instrumented with fuel checks (fuel.go); else close-on-context-done
-	verdict  passVerdict // the pass's verdict kept with the module (fuelcache.go)
+	// secretNames are the secrets a call may hand this tool and its egress
+	// may substitute: needsSpec.secrets, plus a declarative HTTP tool's
+	// spec.authorization secretRef.
+	secretNames map[string]bool
+	policy      *egress.Policy // the network policy, compiled at load
 
-	httpSpec *httpSpec // declarative HTTP tool (httptool.go); nil for Wasm tools
-
-	idle   *warmSet // warm instances (posture none only; pool.go)
-	pool   *pool    // pre-warmed never-used instances (context-isolated, strict)
+	h      handler
 	closed atomic.Bool
-}
-
-func (e *Executor) newTool(ctx context.Context, mt *manifest.Tool, mod *artifact.Module, lim toolLimits, nd *needs) (_ *Tool, err error) {
-	t := &Tool{
-		exec: e, m: mt, posture: mt.Posture(), limits: lim, memLimit: lim.memMB * limits.MiB,
-		needs: nd, digest: mod.Digest, source: mod.Source,
-	}
-	if err := checkCompileBudget(mod.Bytes); err != nil { // compile.go (F16)
-		return nil, err
-	}
-	// wazero lets table.grow allocate host memory up to 2^32 elements; cap
-	// every table so tables alone stay within memMB. The cap is rounded down
-	// to a power of two so that tools sharing a module but not a memMB still
-	// share its compiled code in most cases (the rewritten bytes are the
-	// compilation cache key).
-	bin, err := wasmbin.LimitTables(mod.Bytes, tableCap(t.memLimit))
-	if err != nil {
-		return nil, toolerr.Wrap(toolerr.HandlerShapeInvalid, err, "cannot read the module's tables")
-	}
-	// Meter the module (fuel.go); a module the pass refuses is refused,
-	// unless the operator allows unmetered modules (close-on-context-done).
-	metered, verdict, ferr, cerr := e.instrumentUntilDone(ctx, bin) // compile.go
-	if cerr != nil {
-		return nil, cerr
-	}
-	if ferr == nil {
-		bin, t.metered, t.verdict = metered, true, verdict // fuelcache.go
-	} else if !e.cfg.allowUnmetered {
-		return nil, unmeteredRefused(ferr)
-	}
-	// Every tool gets its own runtime (its own store and host modules); the
-	// compilation cache — compiled code only — is shared.
-	rc := wazero.NewRuntimeConfig().
-		WithCompilationCache(e.cache).
-		WithCloseOnContextDone(!t.metered).
-		WithCoreFeatures(api.CoreFeaturesV2)
-	t.runtime = wazero.NewRuntimeWithConfig(ctx, rc)
-	ownRuntime := true // false once an abandoned compilation owns it (compile.go)
-	defer func() {
-		if err != nil && ownRuntime {
-			_ = t.runtime.Close(ctx)
-		}
-	}()
-	if err := instantiateWASI(ctx, t.runtime); err != nil { // wasi.go: metered
-		return nil, toolerr.Wrap(toolerr.Internal, err, "instantiate WASI")
-	}
-	if err := t.instantiateHost(ctx, t.runtime); err != nil {
-		return nil, toolerr.Wrap(toolerr.Internal, err, "instantiate "+abi.ModuleName)
-	}
-	if t.metered {
-		if _, err := fuel.HostModule(ctx, t.runtime); err != nil {
-			return nil, toolerr.Wrap(toolerr.Internal, err, "instantiate the fuel host module")
-		}
-	}
-	var abandoned bool
-	if t.compiled, abandoned, err = e.compile(ctx, t.runtime, bin); err != nil { // compile.go: stops waiting when ctx is done
-		ownRuntime = !abandoned
-		return nil, err
-	}
-	if t.style, t.hasInit, err = checkShape(ctx, t.runtime, t.compiled, mod.Bytes, t.memLimit, lim.memMB); err != nil {
-		return nil, err
-	}
-	if t.posture == manifest.PostureNone && t.style == Reactor && e.cfg.idleInstances > 0 {
-		t.idle = newWarmSet(e.cfg.idleInstances)
-	}
-	if err := e.register(t); err != nil {
-		return nil, err
-	}
-	t.startPool()
-	return t, nil
 }
 
 // ID returns the tool id.
@@ -134,7 +56,7 @@ func (t *Tool) Manifest() *manifest.Manifest { return t.m.Manifest }
 func (t *Tool) Digest() string { return t.digest }
 
 // Style returns the handler's entry style.
-func (t *Tool) Style() Style { return t.style }
+func (t *Tool) Style() Style { return t.h.style() }
 
 // Posture returns the effective sandbox posture.
 func (t *Tool) Posture() manifest.Posture { return t.posture }
@@ -149,14 +71,7 @@ func (t *Tool) Close(ctx context.Context) error {
 		return nil
 	}
 	t.exec.unregister(t)
-	t.stopPool(ctx)
-	for _, in := range t.idle.drain() {
-		_ = in.mod.Close(ctx)
-	}
-	if t.runtime == nil { // a declarative HTTP tool
-		return nil
-	}
-	return t.runtime.Close(ctx)
+	return t.h.close(ctx)
 }
 
 // CallContext is the caller's context for one call (pack protocol `ctx`;
@@ -274,14 +189,7 @@ func (t *Tool) invoke(ctx context.Context, req *Request) (*Result, error) {
 	if err := inv.checkSecrets(); err != nil { // egress.go: before any guest starts
 		return nil, err
 	}
-	var out *runOutcome
-	if t.httpSpec != nil {
-		out = t.runHTTP(ctx, inv, &req.Context)
-	} else if t.style == Command {
-		out = t.runCommand(ctx, inv, env)
-	} else {
-		out = t.runReactor(ctx, inv, env)
-	}
+	out := t.h.run(ctx, inv, env)
 	res := &Result{Usage: Usage{CPUMs: round3(float64(out.cpu) / float64(time.Millisecond)), PeakMemMB: round2(float64(out.peak) / limits.MiB), Fuel: out.fuel}}
 	res.Egress = inv.egressAttempts() // egress.go
 	if out.err != nil {
@@ -296,8 +204,8 @@ func (t *Tool) invoke(ctx context.Context, req *Request) (*Result, error) {
 }
 
 func (t *Tool) declaredSecrets(given map[string]string) map[string]string {
-	out := make(map[string]string, len(t.needs.secrets))
-	for name := range t.needs.secrets {
+	out := make(map[string]string, len(t.secretNames))
+	for name := range t.secretNames {
 		if v, ok := given[name]; ok {
 			out[name] = v
 		}
@@ -366,23 +274,6 @@ func (t *Tool) guard(ctx context.Context, fn func(ctx context.Context, cancel co
 	return cpu, err, context.Cause(gctx)
 }
 
-// instance is one instantiated reactor. Its stdout and stderr are switched
-// to the forwarders of the call it serves, so a warm or pooled instance never
-// writes into another call's stream.
-type instance struct {
-	mod            api.Module
-	handle         api.Function
-	meter          *metering // nil for an unmetered module
-	snap           *snapshot // state after initialisation, for recycling (recycle.go); nil if not recyclable
-	recycled       int       // how many times reset put it back
-	reusable       bool      // its last call ended cleanly
-	acct           *limits.Account
-	tables         *tableAccount // its tables' elements, charged to acct (tables.go)
-	needs          needsKey      // posture none: the key of the calls it serves (pool.go)
-	sleep          *sleeper
-	stdout, stderr *switchWriter
-}
-
 // sleeper makes WASI sleeps interruptible by the current call's context,
 // and charges random_get to it (wasi.go). ctx is the context the instance's
 // guest code currently runs under (the metered one once it is metered).
@@ -416,124 +307,6 @@ func (t *Tool) moduleConfig(env map[string]string, sl *sleeper) wazero.ModuleCon
 		mc = mc.WithEnv(k, v)
 	}
 	return t.exec.deterministicModuleConfig(mc, sl) // deterministic.go
-}
-
-// newInstance instantiates the reactor and runs _initialize under the tool's
-// CPU budget (not charged to any call). Its output goes to stdout/stderr
-// until the instance is switched to a call.
-func (t *Tool) newInstance(ctx context.Context, env map[string]string, stdout, stderr *lineForwarder) (*instance, error) {
-	in := &instance{acct: limits.NewAccount(t.memLimit), sleep: &sleeper{}, stdout: newSwitchWriter(stdout), stderr: newSwitchWriter(stderr)}
-	in.tables = newTableAccount(in.acct)
-	mc := t.moduleConfig(env, in.sleep).WithStdout(in.stdout).WithStderr(in.stderr)
-	var mod api.Module
-	cpu, err, cause := t.guard(ctx, func(gctx context.Context, _ context.CancelCauseFunc) error {
-		gctx, ok := t.initContext(gctx, in.tables) // tables.go: tables charged, logs capped
-		if !ok {
-			return errTablesOverMem
-		}
-		in.sleep.ctx.Store(&gctx)
-		var err error
-		mod, err = t.runtime.InstantiateModule(experimental.WithMemoryAllocator(gctx, in.acct.Allocator()), t.compiled, mc)
-		if err != nil {
-			return err
-		}
-		if t.metered {
-			if in.meter, err = newMetering(mod); err != nil {
-				return err
-			}
-		}
-		cctx, done := in.meter.begin(gctx, 0) // instance set-up is not charged
-		defer done()
-		in.sleep.ctx.Store(&cctx)
-		if err := runStart(cctx, mod); err != nil || !t.hasInit {
-			return err
-		}
-		_, err = mod.ExportedFunction(abi.ExportInitialize).Call(cctx)
-		return err
-	})
-	if err != nil {
-		if mod != nil {
-			_ = mod.Close(ctx)
-		}
-		stderr.Flush()
-		return nil, t.classify(ctx, nil, err, cause, in.acct, cpu, stderr.Tail(), "_initialize")
-	}
-	in.mod, in.handle = mod, mod.ExportedFunction(abi.ExportHandle)
-	if len(env) == 0 && t.recyclable() {
-		in.snap = save(mod, t.verdict)
-	}
-	return in, nil
-}
-
-func (t *Tool) runReactor(ctx context.Context, inv *invocation, env map[string]string) *runOutcome {
-	stdout := newLineForwarder(t.exec.cfg.guestStdout, t.ID(), "stdout")
-	stderr := newLineForwarder(t.exec.cfg.guestStderr, t.ID(), "stderr")
-	key := t.warmKey(env, inv) // needs.go: posture none reuses an instance only for the same needs
-	in := t.takeInstance(key)
-	if in == nil {
-		var err error
-		if in, err = t.newInstance(ctx, env, stdout, stderr); err != nil {
-			return &runOutcome{err: err}
-		}
-	}
-	if in.snap != nil && t.pool != nil {
-		t.pool.out.Add(1) // back through retire
-	}
-	in.reusable = false
-	in.stdout.Switch(stdout)
-	in.stderr.Switch(stderr)
-	in.resetAccount() // tables.go: its tables stay charged
-	inv.acct = in.acct
-	if !in.acct.Reserve(int64(len(inv.input))) {
-		t.retire(in)
-		return &runOutcome{err: toolerr.Limits(&toolerr.LimitsError{Limit: toolerr.LimitMemMB, Declared: t.limits.memMB, Observed: ceilMB(in.acct.Refused())},
-			fmt.Sprintf("the input (%d bytes) does not fit in memMB %d beside the guest's memory", len(inv.input), t.limits.memMB))}
-	}
-	var rc uint32
-	cpu, err, cause := t.guard(ctx, func(gctx context.Context, _ context.CancelCauseFunc) error {
-		in.sleep.ctx.Store(&gctx)
-		cctx, done := in.meter.begin(gctx, t.exec.cfg.fuelBudget)
-		defer done()
-		cctx = fuel.WithTableAccount(context.WithValue(cctx, invocationKey{}, inv), in.tables)
-		in.sleep.ctx.Store(&cctx)
-		res, err := in.handle.Call(cctx)
-		if err == nil {
-			rc = api.DecodeU32(res[0])
-		}
-		return err
-	})
-	in.stdout.Switch(nil)
-	in.stderr.Switch(nil)
-	stdout.Flush()
-	stderr.Flush()
-	out := &runOutcome{cpu: cpu, peak: in.acct.Peak(), fuel: in.meter.used()}
-	reusable := false
-	switch {
-	case err != nil && in.meter.ranOut() && cause == nil:
-		out.err = t.fuelExceeded(out.fuel)
-	case err != nil:
-		out.err = t.classify(ctx, inv, err, cause, in.acct, cpu, stderr.Tail(), "handle")
-	case rc != 0:
-		out.err = t.handlerFailure(inv, in.acct, int32(rc))
-		reusable = in.acct.Refused() == 0
-	default:
-		inv.mu.Lock()
-		out.output = inv.output
-		if !inv.outputSet {
-			out.output = []byte("null")
-		}
-		inv.mu.Unlock()
-		reusable = true
-	}
-	in.reusable = reusable
-	if t.recycleInline(in) {
-		return out
-	}
-	if reusable && t.putWarm(in, key) {
-		return out
-	}
-	t.retire(in)
-	return out
 }
 
 // handlerFailure maps a non-zero return from handle.
@@ -572,66 +345,6 @@ func (inv *invocation) declaredFailure(fallback string) *toolerr.Error {
 
 func (t *Tool) memExceeded(refused int64, msg string) error {
 	return toolerr.Limits(&toolerr.LimitsError{Limit: toolerr.LimitMemMB, Declared: t.limits.memMB, Observed: ceilMB(refused)}, msg)
-}
-
-func (t *Tool) runCommand(ctx context.Context, inv *invocation, env map[string]string) *runOutcome {
-	acct := limits.NewAccount(t.memLimit)
-	inv.acct = acct
-	if !acct.Reserve(int64(len(inv.input))) {
-		return &runOutcome{err: t.memExceeded(acct.Refused(), fmt.Sprintf("the input (%d bytes) does not fit in memMB %d", len(inv.input), t.limits.memMB))}
-	}
-	stdout := &cappedBuffer{acct: acct}
-	stderr := newLineForwarder(t.exec.cfg.guestStderr, t.ID(), "stderr")
-	sl := &sleeper{}
-	mc := t.moduleConfig(env, sl).
-		WithStdin(bytes.NewReader(inv.input)).
-		WithStdout(stdout).
-		WithStderr(stderr)
-	if !t.metered {
-		mc = mc.WithStartFunctions(abi.ExportStart)
-	}
-	var meter *metering
-	cpu, err, cause := t.guard(ctx, func(gctx context.Context, cancel context.CancelCauseFunc) error {
-		sl.ctx.Store(&gctx)
-		stdout.onOverflow = func() { cancel(errOutputCap) }
-		tables := newTableAccount(acct) // tables.go
-		if !tables.ReserveTable(t.verdict.tableElems) {
-			return errTablesOverMem
-		}
-		ictx := experimental.WithMemoryAllocator(fuel.WithTableAccount(context.WithValue(gctx, invocationKey{}, inv), tables), acct.Allocator())
-		mod, err := t.runtime.InstantiateModule(ictx, t.compiled, mc)
-		if mod != nil {
-			defer mod.Close(gctx)
-		}
-		if err != nil || !t.metered {
-			return err
-		}
-		if meter, err = newMetering(mod); err != nil {
-			return err
-		}
-		cctx, done := meter.begin(ictx, t.exec.cfg.fuelBudget)
-		defer done()
-		sl.ctx.Store(&cctx)
-		if err = runStart(cctx, mod); err == nil {
-			_, err = mod.ExportedFunction(abi.ExportStart).Call(cctx)
-		}
-		if exitedOK(err) {
-			err = nil
-		}
-		return err
-	})
-	stderr.Flush()
-	out := &runOutcome{cpu: cpu, peak: acct.Peak(), fuel: meter.used()}
-	if err != nil {
-		if meter.ranOut() && cause == nil {
-			out.err = t.fuelExceeded(out.fuel)
-			return out
-		}
-		out.err = t.classify(ctx, inv, err, cause, acct, cpu, stderr.Tail(), "_start")
-		return out
-	}
-	out.output = stdout.buf.Bytes()
-	return out
 }
 
 // classify maps an error from running guest code to a native error.
@@ -676,7 +389,7 @@ func (t *Tool) classify(ctx context.Context, inv *invocation, err, cause error, 
 		if msg == "" {
 			msg = fmt.Sprintf("the handler exited with code %d", code)
 		}
-		if t.style == Reactor {
+		if entry != abi.ExportStart {
 			msg = fmt.Sprintf("the handler exited with code %d during %s: %s", code, entry, msg)
 		}
 		return &toolerr.Error{Code: toolerr.HandlerError, Message: msg, Details: map[string]any{"exitCode": code}, Err: err}
@@ -700,7 +413,7 @@ func (t *Tool) classify(ctx context.Context, inv *invocation, err, cause error, 
 		}
 		return &toolerr.Error{Code: toolerr.HandlerTrap, Message: msg, Details: d, Err: err}
 	}
-	if entry != "handle" && entry != "_start" {
+	if inv == nil { // instantiation or guest-runtime initialisation
 		return toolerr.Wrap(toolerr.HandlerTrap, err, "instantiating the handler failed")
 	}
 	return toolerr.Wrap(toolerr.Internal, err, "running the handler failed")

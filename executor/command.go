@@ -1,0 +1,84 @@
+package executor
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	"github.com/tetratelabs/wazero/experimental"
+
+	"github.com/sandboxd/sandboxd/abi"
+	"github.com/sandboxd/sandboxd/internal/fuel"
+	"github.com/sandboxd/sandboxd/limits"
+)
+
+// commandHandler runs a WASI command: every call instantiates the module
+// with the input on stdin and runs _start; stdout is the output.
+type commandHandler struct {
+	*Tool
+	*wasmCode
+}
+
+func (t *commandHandler) style() Style { return Command }
+
+func (t *commandHandler) close(ctx context.Context) error { return t.runtime.Close(ctx) }
+
+func (t *commandHandler) run(ctx context.Context, inv *invocation, env map[string]string) *runOutcome {
+	acct := limits.NewAccount(t.memLimit)
+	inv.acct = acct
+	if !acct.Reserve(int64(len(inv.input))) {
+		return &runOutcome{err: t.memExceeded(acct.Refused(), fmt.Sprintf("the input (%d bytes) does not fit in memMB %d", len(inv.input), t.limits.memMB))}
+	}
+	stdout := &cappedBuffer{acct: acct}
+	stderr := newLineForwarder(t.exec.cfg.guestStderr, t.ID(), "stderr")
+	sl := &sleeper{}
+	mc := t.moduleConfig(env, sl).
+		WithStdin(bytes.NewReader(inv.input)).
+		WithStdout(stdout).
+		WithStderr(stderr)
+	if !t.metered {
+		mc = mc.WithStartFunctions(abi.ExportStart)
+	}
+	var meter *metering
+	cpu, err, cause := t.guard(ctx, func(gctx context.Context, cancel context.CancelCauseFunc) error {
+		sl.ctx.Store(&gctx)
+		stdout.onOverflow = func() { cancel(errOutputCap) }
+		tables := newTableAccount(acct) // tables.go
+		if !tables.ReserveTable(t.verdict.tableElems) {
+			return errTablesOverMem
+		}
+		ictx := experimental.WithMemoryAllocator(fuel.WithTableAccount(context.WithValue(gctx, invocationKey{}, inv), tables), acct.Allocator())
+		mod, err := t.runtime.InstantiateModule(ictx, t.compiled, mc)
+		if mod != nil {
+			defer mod.Close(gctx)
+		}
+		if err != nil || !t.metered {
+			return err
+		}
+		if meter, err = newMetering(mod); err != nil {
+			return err
+		}
+		cctx, done := meter.begin(ictx, t.exec.cfg.fuelBudget)
+		defer done()
+		sl.ctx.Store(&cctx)
+		if err = runStart(cctx, mod); err == nil {
+			_, err = mod.ExportedFunction(abi.ExportStart).Call(cctx)
+		}
+		if exitedOK(err) {
+			err = nil
+		}
+		return err
+	})
+	stderr.Flush()
+	out := &runOutcome{cpu: cpu, peak: acct.Peak(), fuel: meter.used()}
+	if err != nil {
+		if meter.ranOut() && cause == nil {
+			out.err = t.fuelExceeded(out.fuel)
+			return out
+		}
+		out.err = t.classify(ctx, inv, err, cause, acct, cpu, stderr.Tail(), "_start")
+		return out
+	}
+	out.output = stdout.buf.Bytes()
+	return out
+}

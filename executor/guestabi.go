@@ -1,0 +1,81 @@
+package executor
+
+import (
+	"context"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/sandboxd/sandboxd/internal/fuel"
+	"github.com/sandboxd/sandboxd/internal/wasmbin"
+	"github.com/sandboxd/sandboxd/limits"
+)
+
+// guestABI is one host↔guest ABI a module may speak: the import modules it
+// owns, how its host module is built, how a module's shape (entry, style) is
+// recognised, and how a finished call's result is read. ABI v1
+// (sandboxd_v1, abiv1.go) is the first implementation.
+type guestABI interface {
+	// name is the ABI's host module name, for messages.
+	name() string
+	// owns reports whether importing from module makes a module speak this
+	// ABI.
+	owns(module string) bool
+	// instantiateHost builds the ABI's host module in r for t's calls.
+	instantiateHost(ctx context.Context, r wazero.Runtime, t *Tool) error
+	// shape checks the module's imports and exports against the ABI and
+	// recognises its style and entry point; failures are
+	// handler-shape-invalid.
+	shape(r wazero.Runtime, cm wazero.CompiledModule, parsed *wasmbin.Module, t *Tool) (moduleShape, error)
+	// result reads a reactor call's output or failure once its entry
+	// returned rc without trapping. reusable says whether the instance may
+	// serve another call.
+	result(t *reactorHandler, inv *invocation, acct *limits.Account, rc uint32) (output []byte, reusable bool, err error)
+	// begin prepares a reactor call on in before its entry runs (the
+	// call's ABI state in inv); an error fails the call.
+	begin(t *reactorHandler, in *instance, inv *invocation) error
+}
+
+// moduleShape is what a guest ABI recognised in a module.
+type moduleShape struct {
+	style Style
+	entry string     // the export a reactor call runs ("" for a command)
+	init  []initCall // what runs once per instance before its first call
+}
+
+// initCall is one guest-runtime initialisation export and its arguments.
+type initCall struct {
+	name string
+	args []uint64
+}
+
+// abis are the guest ABIs in the order a module's imports are matched; the
+// last is the default for a module that imports from none of them.
+var abis = []guestABI{abiV1{}}
+
+// selectABI returns the ABI whose import module the module uses (nil
+// parsed: the default).
+func selectABI(parsed *wasmbin.Module) guestABI {
+	if parsed != nil {
+		for _, ga := range abis {
+			for _, im := range parsed.Imports {
+				if ga.owns(im.Module) {
+					return ga
+				}
+			}
+		}
+	}
+	return abis[len(abis)-1]
+}
+
+// hostFunction builds every host function the same way: it pays
+// hostCallFuel and checks the call's interrupt on entry (fuel.Charge) and
+// checks it again before returning (fuel.Check), whichever ABI it serves.
+func hostFunction(b wazero.HostModuleBuilder, name string, params, results []api.ValueType, fn api.GoModuleFunc) {
+	metered := func(ctx context.Context, mod api.Module, stack []uint64) {
+		fuel.Charge(ctx, hostCallFuel)
+		fn(ctx, mod, stack)
+		fuel.Check(ctx)
+	}
+	b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(metered), params, results).Export(name)
+}

@@ -1,0 +1,133 @@
+package executor
+
+import (
+	"context"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/sandboxd/sandboxd/artifact"
+	"github.com/sandboxd/sandboxd/internal/fuel"
+	"github.com/sandboxd/sandboxd/internal/wasmbin"
+	"github.com/sandboxd/sandboxd/toolerr"
+)
+
+// handler runs a tool's calls: one kind per file — an ABI reactor with its
+// instances, pool and recycling (reactor.go), a WASI command (command.go),
+// a declarative HTTP request (httptool.go). Load chooses it once
+// (newHandler); Tool.Invoke validates, resolves the call's needs and hands
+// the call to it. A handler is safe for concurrent use.
+type handler interface {
+	// style is the handler's entry style.
+	style() Style
+	// run performs one invocation. inv carries the validated input, the
+	// context document, config values and secrets; env is the declared WASI
+	// environment of the call.
+	run(ctx context.Context, inv *invocation, env map[string]string) *runOutcome
+	// close releases what the handler holds (instances, runtime); calls in
+	// flight are stopped.
+	close(ctx context.Context) error
+}
+
+// newHandler chooses and builds t's handler: a declarative HTTP tool when
+// spec is set, else the Wasm handler whose style the module's guest ABI
+// recognises (guestabi.go).
+func (e *Executor) newHandler(ctx context.Context, t *Tool, spec *httpSpec, mod *artifact.Module) (handler, error) {
+	if spec != nil {
+		return &httpHandler{Tool: t, spec: spec}, nil
+	}
+	code, err := e.compileCode(ctx, t, mod)
+	if err != nil {
+		return nil, err
+	}
+	if code.shape.style == Command {
+		return &commandHandler{Tool: t, wasmCode: code}, nil
+	}
+	return newReactorHandler(t, code), nil
+}
+
+// wasmCode is a tool's compiled module in its own runtime, with the host
+// modules of its guest ABI, WASI and the fuel meter.
+type wasmCode struct {
+	runtime  wazero.Runtime
+	compiled wazero.CompiledModule
+	abi      guestABI
+	shape    moduleShape
+	metered  bool        // instrumented with fuel checks (fuel.go); else close-on-context-done
+	verdict  passVerdict // the pass's verdict kept with the module (fuelcache.go)
+}
+
+func (c *wasmCode) code() *wasmCode { return c }
+
+// compileCode bounds, meters and compiles mod for t and checks its shape
+// against the guest ABI it speaks.
+func (e *Executor) compileCode(ctx context.Context, t *Tool, mod *artifact.Module) (_ *wasmCode, err error) {
+	if err := checkCompileBudget(mod.Bytes); err != nil { // compile.go (F16)
+		return nil, err
+	}
+	// Which guest ABI the module speaks is read from its imports; a module
+	// whose structure cannot be read is refused after compilation, as it
+	// always was (the pass and the compiler name the problem first).
+	parsed, perr := wasmbin.Parse(mod.Bytes)
+	ga := selectABI(parsed) // guestabi.go
+	// wazero lets table.grow allocate host memory up to 2^32 elements; cap
+	// every table so tables alone stay within memMB. The cap is rounded down
+	// to a power of two so that tools sharing a module but not a memMB still
+	// share its compiled code in most cases (the rewritten bytes are the
+	// compilation cache key).
+	bin, err := wasmbin.LimitTables(mod.Bytes, tableCap(t.memLimit))
+	if err != nil {
+		return nil, toolerr.Wrap(toolerr.HandlerShapeInvalid, err, "cannot read the module's tables")
+	}
+	c := &wasmCode{abi: ga}
+	// Meter the module (fuel.go); a module the pass refuses is refused,
+	// unless the operator allows unmetered modules (close-on-context-done).
+	metered, verdict, ferr, cerr := e.instrumentUntilDone(ctx, bin) // compile.go
+	if cerr != nil {
+		return nil, cerr
+	}
+	if ferr == nil {
+		bin, c.metered, c.verdict = metered, true, verdict // fuelcache.go
+	} else if !e.cfg.allowUnmetered {
+		return nil, unmeteredRefused(ferr)
+	}
+	// Every tool gets its own runtime (its own store and host modules); the
+	// compilation cache — compiled code only — is shared.
+	rc := wazero.NewRuntimeConfig().
+		WithCompilationCache(e.cache).
+		WithCloseOnContextDone(!c.metered).
+		WithCoreFeatures(api.CoreFeaturesV2)
+	c.runtime = wazero.NewRuntimeWithConfig(ctx, rc)
+	ownRuntime := true // false once an abandoned compilation owns it (compile.go)
+	defer func() {
+		if err != nil && ownRuntime {
+			_ = c.runtime.Close(ctx)
+		}
+	}()
+	if err := instantiateWASI(ctx, c.runtime); err != nil { // wasi.go: metered
+		return nil, toolerr.Wrap(toolerr.Internal, err, "instantiate WASI")
+	}
+	if err := ga.instantiateHost(ctx, c.runtime, t); err != nil {
+		return nil, toolerr.Wrap(toolerr.Internal, err, "instantiate the "+ga.name()+" host module")
+	}
+	if c.metered {
+		if _, err := fuel.HostModule(ctx, c.runtime); err != nil {
+			return nil, toolerr.Wrap(toolerr.Internal, err, "instantiate the fuel host module")
+		}
+	}
+	var abandoned bool
+	if c.compiled, abandoned, err = e.compile(ctx, c.runtime, bin); err != nil { // compile.go: stops waiting when ctx is done
+		ownRuntime = !abandoned
+		return nil, err
+	}
+	if perr != nil {
+		return nil, toolerr.New(toolerr.HandlerShapeInvalid, "cannot read module structure: %v", perr)
+	}
+	if c.shape, err = ga.shape(c.runtime, c.compiled, parsed, t); err != nil {
+		return nil, err
+	}
+	if err := checkMinimumMemory(c.compiled, parsed, t.memLimit, t.limits.memMB); err != nil { // shape.go
+		return nil, err
+	}
+	return c, nil
+}

@@ -1,0 +1,190 @@
+package executor
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
+
+	"github.com/sandboxd/sandboxd/abi"
+	"github.com/sandboxd/sandboxd/internal/fuel"
+	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/manifest"
+	"github.com/sandboxd/sandboxd/toolerr"
+)
+
+// reactorHandler runs a reactor: a module instantiated once per instance
+// (its guest runtime initialised then) whose entry export serves a call.
+// Which instance serves a call depends on the posture: posture none reuses
+// warm instances (idle), context-isolated and strict take never-used or
+// recycled ones from a pool (pool.go, recycle.go).
+type reactorHandler struct {
+	*Tool
+	*wasmCode
+	idle *warmSet // warm instances (posture none only; pool.go)
+	pool *pool    // pre-warmed never-used instances (context-isolated, strict)
+}
+
+// newReactorHandler makes t's reactor handler and starts its pool.
+func newReactorHandler(t *Tool, code *wasmCode) *reactorHandler {
+	r := &reactorHandler{Tool: t, wasmCode: code}
+	if t.posture == manifest.PostureNone && t.exec.cfg.idleInstances > 0 {
+		r.idle = newWarmSet(t.exec.cfg.idleInstances)
+	}
+	r.startPool()
+	return r
+}
+
+func (t *reactorHandler) style() Style { return t.shape.style }
+
+func (t *reactorHandler) close(ctx context.Context) error {
+	t.stopPool(ctx)
+	for _, in := range t.idle.drain() {
+		_ = in.mod.Close(ctx)
+	}
+	return t.runtime.Close(ctx)
+}
+
+// initName names the initialisation step for messages.
+func initName(init []initCall) string {
+	if len(init) == 0 {
+		return abi.ExportInitialize
+	}
+	return init[len(init)-1].name
+}
+
+// instance is one instantiated reactor. Its stdout and stderr are switched
+// to the forwarders of the call it serves, so a warm or pooled instance never
+// writes into another call's stream.
+type instance struct {
+	mod            api.Module
+	handle         api.Function
+	meter          *metering // nil for an unmetered module
+	snap           *snapshot // state after initialisation, for recycling (recycle.go); nil if not recyclable
+	recycled       int       // how many times reset put it back
+	reusable       bool      // its last call ended cleanly
+	acct           *limits.Account
+	tables         *tableAccount // its tables' elements, charged to acct (tables.go)
+	needs          needsKey      // posture none: the key of the calls it serves (pool.go)
+	sleep          *sleeper
+	stdout, stderr *switchWriter
+}
+
+// newInstance instantiates the reactor and runs _initialize under the tool's
+// CPU budget (not charged to any call). Its output goes to stdout/stderr
+// until the instance is switched to a call.
+func (t *reactorHandler) newInstance(ctx context.Context, env map[string]string, stdout, stderr *lineForwarder) (*instance, error) {
+	in := &instance{acct: limits.NewAccount(t.memLimit), sleep: &sleeper{}, stdout: newSwitchWriter(stdout), stderr: newSwitchWriter(stderr)}
+	in.tables = newTableAccount(in.acct)
+	mc := t.moduleConfig(env, in.sleep).WithStdout(in.stdout).WithStderr(in.stderr)
+	var mod api.Module
+	cpu, err, cause := t.guard(ctx, func(gctx context.Context, _ context.CancelCauseFunc) error {
+		gctx, ok := t.initContext(gctx, in.tables) // tables.go: tables charged, logs capped
+		if !ok {
+			return errTablesOverMem
+		}
+		in.sleep.ctx.Store(&gctx)
+		var err error
+		mod, err = t.runtime.InstantiateModule(experimental.WithMemoryAllocator(gctx, in.acct.Allocator()), t.compiled, mc)
+		if err != nil {
+			return err
+		}
+		if t.metered {
+			if in.meter, err = newMetering(mod); err != nil {
+				return err
+			}
+		}
+		cctx, done := in.meter.begin(gctx, 0) // instance set-up is not charged
+		defer done()
+		in.sleep.ctx.Store(&cctx)
+		if err := runStart(cctx, mod); err != nil {
+			return err
+		}
+		for _, c := range t.shape.init {
+			if _, err := mod.ExportedFunction(c.name).Call(cctx, c.args...); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		if mod != nil {
+			_ = mod.Close(ctx)
+		}
+		stderr.Flush()
+		return nil, t.classify(ctx, nil, err, cause, in.acct, cpu, stderr.Tail(), initName(t.shape.init))
+	}
+	in.mod, in.handle = mod, mod.ExportedFunction(t.shape.entry)
+	if len(env) == 0 && t.recyclable() {
+		in.snap = save(mod, t.verdict)
+	}
+	return in, nil
+}
+
+func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[string]string) *runOutcome {
+	stdout := newLineForwarder(t.exec.cfg.guestStdout, t.ID(), "stdout")
+	stderr := newLineForwarder(t.exec.cfg.guestStderr, t.ID(), "stderr")
+	key := t.warmKey(env, inv) // needs.go: posture none reuses an instance only for the same needs
+	in := t.takeInstance(key)
+	if in == nil {
+		var err error
+		if in, err = t.newInstance(ctx, env, stdout, stderr); err != nil {
+			return &runOutcome{err: err}
+		}
+	}
+	if in.snap != nil && t.pool != nil {
+		t.pool.out.Add(1) // back through retire
+	}
+	in.reusable = false
+	in.stdout.Switch(stdout)
+	in.stderr.Switch(stderr)
+	in.resetAccount() // tables.go: its tables stay charged
+	inv.acct = in.acct
+	if !in.acct.Reserve(int64(len(inv.input))) {
+		t.retire(in)
+		return &runOutcome{err: toolerr.Limits(&toolerr.LimitsError{Limit: toolerr.LimitMemMB, Declared: t.limits.memMB, Observed: ceilMB(in.acct.Refused())},
+			fmt.Sprintf("the input (%d bytes) does not fit in memMB %d beside the guest's memory", len(inv.input), t.limits.memMB))}
+	}
+	if err := t.abi.begin(t, in, inv); err != nil {
+		t.retire(in)
+		return &runOutcome{err: err}
+	}
+	var rc uint32
+	cpu, err, cause := t.guard(ctx, func(gctx context.Context, _ context.CancelCauseFunc) error {
+		in.sleep.ctx.Store(&gctx)
+		cctx, done := in.meter.begin(gctx, t.exec.cfg.fuelBudget)
+		defer done()
+		cctx = fuel.WithTableAccount(context.WithValue(cctx, invocationKey{}, inv), in.tables)
+		in.sleep.ctx.Store(&cctx)
+		res, err := in.handle.Call(cctx)
+		if err == nil && len(res) > 0 {
+			rc = api.DecodeU32(res[0])
+		}
+		return err
+	})
+	in.stdout.Switch(nil)
+	in.stderr.Switch(nil)
+	stdout.Flush()
+	stderr.Flush()
+	out := &runOutcome{cpu: cpu, peak: in.acct.Peak(), fuel: in.meter.used()}
+	reusable := false
+	switch {
+	case err != nil && in.meter.ranOut() && cause == nil:
+		out.err = t.fuelExceeded(out.fuel)
+	case err != nil:
+		out.err = t.classify(ctx, inv, err, cause, in.acct, cpu, stderr.Tail(), t.shape.entry)
+	default:
+		out.output, reusable, out.err = t.abi.result(t, inv, in.acct, rc) // the guest ABI reads its output or failure
+	}
+	reusable = reusable && !in.mod.IsClosed()
+	in.reusable = reusable
+	if t.recycleInline(in) {
+		return out
+	}
+	if reusable && t.putWarm(in, key) {
+		return out
+	}
+	t.retire(in)
+	return out
+}
