@@ -158,6 +158,9 @@ func (s *Server) Admit() (*Ticket, Refusal) {
 	return t, ""
 }
 
+// Draining reports whether the service is draining (it admits no call).
+func (s *Server) Draining() bool { return s.isDraining() }
+
 // Close ends the Ticket; later calls do nothing.
 func (t *Ticket) Close() {
 	t.once.Do(func() {

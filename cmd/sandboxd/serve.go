@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/signal"
@@ -15,17 +16,211 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandboxd/sandboxd/artifact"
 	"github.com/sandboxd/sandboxd/events"
 	"github.com/sandboxd/sandboxd/executor"
+	"github.com/sandboxd/sandboxd/mcp"
 	"github.com/sandboxd/sandboxd/server"
 )
 
 func init() {
-	commands["serve"] = command{"serve tools over HTTP as a Kindgi pack service (pack-protocol v2)", cmdServe}
+	commands["serve"] = command{"serve tools over HTTP as a Kindgi pack service (pack-protocol v2; --mcp adds MCP at /mcp)", cmdServe}
 }
 
 // tokenEnv is the environment variable holding the pack service token.
 const tokenEnv = "KINDGI_PACK_SERVICE_TOKEN"
+
+// serviceFlags are the flags serve and mcp share: where the tools come
+// from, the service core's admission and drain settings, and the executor,
+// OCI and egress flags.
+type serviceFlags struct {
+	index, moduleRoot, toolsDir, eventsDest, envCheck *string
+	packID, packVersion, artifactVer                  *string
+	dev, recycle                                      *bool
+	maxConc, queue, perTool, poolSize                 *int
+	drain, bodyTimeout                                *time.Duration
+	bodyMB                                            *int64
+	exec                                              execFlags
+	oci                                               ociFlags
+	egress                                            egressFlags
+}
+
+func (f *serviceFlags) register(fs *flag.FlagSet) {
+	f.index = fs.String("index", "", "Kindgi pack index (index.json); modules resolve under --module-root")
+	f.moduleRoot = fs.String("module-root", "", "directory the index's modulePaths are relative to (default: the index's directory)")
+	f.toolsDir = fs.String("tools", "", "directory of tool manifests (*.json and */tool.json)")
+	f.dev = fs.Bool("dev", false, "allow filesystem codeArtifactRefs (local development only)")
+	f.eventsDest = fs.String("events", "", "write tool-call lifecycle events as JSON lines to this file, or - for stderr (as run), beside the process events")
+	f.maxConc = fs.Int("max-concurrency", 0, "calls running at once (default $KINDGI_PACK_SERVICE_MAX_CONCURRENCY, else 16)")
+	f.queue = fs.Int("queue", 0, "calls waiting for a slot before 503 (default 4 × max-concurrency; -1: none)")
+	f.perTool = fs.Int("per-tool-concurrency", 0, "calls running at once per tool (default 3/4 of max-concurrency)")
+	f.drain = fs.Duration("drain-timeout", server.DefaultDrainTimeout, "how long SIGTERM waits for in-flight calls")
+	f.bodyMB = fs.Int64("body-budget-mb", server.DefaultBodyBudget>>20, "MiB held for invoke request bodies at once across all connections, charged before a body is read (a body that does not fit gets 503)")
+	f.bodyTimeout = fs.Duration("body-timeout", server.DefaultBodyTimeout, "how long an invoke request body may take to arrive, whatever kindgi-timeout-ms says")
+	f.envCheck = fs.String("env-check", "strict", "strict: not ready while the index's required env is missing; warn: ready anyway")
+	f.packID = fs.String("pack-id", "", "packId for --tools (default sandboxd)")
+	f.packVersion = fs.String("pack-version", "", "packVersion for --tools (default 0.0.0)")
+	f.artifactVer = fs.String("artifact-version", "", "artifactVersion for --tools (default: a digest of the tools)")
+	f.recycle = fs.Bool("recycle", true, "reset used context-isolated instances to their post-initialisation state and reuse them, instead of instantiating for every call (strict tools never recycle)")
+	f.poolSize = fs.Int("pool-size", -1, "most pre-warmed instances per context-isolated/strict tool; pools grow toward it under load and shrink when idle, within a 512 MiB budget for all tools (-1: the executor's default, 8)")
+	f.exec.register(fs)
+	f.oci.register(fs, false)
+	f.egress.register(fs)
+}
+
+// check adds a problem for every inconsistent flag; it returns the
+// concurrency cap (the flag or its environment variable).
+func (f *serviceFlags) check(bad func(format string, a ...any)) int {
+	if (*f.index == "") == (*f.toolsDir == "") {
+		bad("give exactly one of --index and --tools")
+	}
+	if *f.moduleRoot != "" && *f.index == "" {
+		bad("--module-root goes with --index")
+	}
+	if *f.envCheck != "strict" && *f.envCheck != "warn" {
+		bad("--env-check must be strict or warn, not %q", *f.envCheck)
+	}
+	if *f.drain <= 0 {
+		bad("--drain-timeout must be positive")
+	}
+	mc := *f.maxConc
+	if mc == 0 {
+		if v := os.Getenv("KINDGI_PACK_SERVICE_MAX_CONCURRENCY"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n <= 0 {
+				bad("KINDGI_PACK_SERVICE_MAX_CONCURRENCY must be a positive integer, not %q", v)
+			}
+			mc = n
+		}
+	}
+	if mc < 0 || *f.perTool < 0 || *f.queue < -1 {
+		bad("--max-concurrency, --per-tool-concurrency must be positive and --queue ≥ -1")
+	}
+	if _, err := f.exec.apply(executor.NewConfig()); err != nil {
+		bad("%v", err)
+	}
+	return mc
+}
+
+// service is a booted executor and server core.
+type service struct {
+	srv *server.Server
+	oci *artifact.OCI
+	// close releases everything boot opened, in order.
+	close func()
+}
+
+// boot validates the flags, starts the executor and loads the tools into
+// a server core. Guest stdout goes to guestOut, guest stderr to stderr.
+// It returns the exit code to stop with when it fails (ok false); it has
+// logged why (config-invalid, boot-failed, or stopped during boot).
+func (f *serviceFlags) boot(ctx context.Context, plog *slog.Logger, token string, mc int, guestOut, stderr io.Writer) (svc *service, code int, ok bool) {
+	var closers []func()
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	fail := func(kind string, problems any) (*service, int, bool) {
+		plog.Error(kind, "problems", problems)
+		closeAll()
+		return nil, exitError, false
+	}
+	cfg, err := f.exec.apply(executor.NewConfig())
+	if err != nil {
+		return fail("config-invalid", []string{err.Error()})
+	}
+	var rec *events.Recorder
+	if *f.eventsDest != "" {
+		if rec, err = events.Open(*f.eventsDest, stderr); err != nil {
+			return fail("config-invalid", []string{"--events: " + err.Error()})
+		}
+		closers = append(closers, func() { rec.Close() })
+	}
+	cfg = cfg.
+		WithDevMode(*f.dev).
+		WithGuestOutput(guestOut, stderr)
+	// Guest log lines become JSON process events too, so stderr stays
+	// machine-readable (guest stderr itself is forwarded line by line).
+	levels := [...]string{"debug", "info", "warn", "error"}
+	cfg = cfg.WithLogSink(func(r executor.LogRecord) {
+		plog.Info("guest-log", "tool", r.ToolID, "guestLevel", levels[min(max(r.Level, 0), 3)], "message", r.Msg)
+	})
+	if rec != nil {
+		cfg = cfg.WithCallObserver(rec.Observe)
+	}
+	cfg = cfg.WithRecycling(*f.recycle)
+	if *f.poolSize >= 0 {
+		cfg = cfg.WithPoolSize(*f.poolSize)
+	}
+	f.oci.log = plog // artifact-resolve/-download/-failed events: boot progress
+	oci, err := f.oci.resolver()
+	if err != nil {
+		return fail("config-invalid", []string{err.Error()})
+	}
+	closers = append(closers, func() { oci.Close() })
+	cfg = cfg.WithResolver(oci)
+	if cfg, err = f.egress.apply(cfg); err != nil {
+		return fail("config-invalid", []string{err.Error()})
+	}
+	exec, err := executor.New(ctx, cfg)
+	if err != nil {
+		return fail("boot-failed", []server.Problem{{Message: err.Error()}})
+	}
+	// Closing must not hold up the exit behind a compile still running (a
+	// boot or reload abandoned at SIGTERM): it gets a bounded wait.
+	closers = append(closers, func() { closeWithin(2*time.Second, func() { _ = exec.Close(context.Background()) }) })
+
+	var src server.Source
+	if *f.index != "" {
+		root := *f.moduleRoot
+		if root == "" {
+			root = filepath.Dir(*f.index)
+		}
+		src = server.IndexSource{Index: *f.index, ModuleRoot: root}
+	} else {
+		src = server.DirSource{Dir: *f.toolsDir, PackID: *f.packID, PackVersion: *f.packVersion, ArtifactVersion: *f.artifactVer}
+	}
+	// SIGTERM during boot stops it: Load stops waiting for a compile when
+	// ctx is done (the compile itself cannot be interrupted; F16).
+	srv, err := server.New(ctx, exec, src, server.Options{
+		Token: token, MaxConcurrency: mc, QueueSize: *f.queue, PerToolConcurrency: *f.perTool,
+		DrainTimeout: *f.drain, EnvCheckWarn: *f.envCheck == "warn", Log: plog,
+		BodyBudget: *f.bodyMB << 20, BodyTimeout: *f.bodyTimeout,
+	})
+	if err != nil && ctx.Err() != nil {
+		plog.Info("stopped", "during", "boot")
+		closeAll()
+		return nil, exitOK, false // SIGTERM during boot: nothing was serving yet
+	}
+	if err != nil {
+		var be *server.BootError
+		if errors.As(err, &be) {
+			return fail("boot-failed", be.Problems)
+		}
+		return fail("boot-failed", []server.Problem{{Message: err.Error()}})
+	}
+	closers = append(closers, func() { srv.Close(context.Background()) })
+	return &service{srv: srv, oci: oci, close: closeAll}, 0, true
+}
+
+// reloadOnHUP reloads the tools on every SIGHUP until ctx is done.
+func (svc *service) reloadOnHUP(ctx context.Context) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		for {
+			select {
+			case <-hup:
+				svc.oci.ForgetTags()    // a reload re-resolves tags, whatever the tag TTL
+				_ = svc.srv.Reload(ctx) // failures are logged as reload-failed; SIGTERM abandons a reload
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return func() { signal.Stop(hup) }
+}
 
 // cmdServe runs the pack service until ctx is done (SIGTERM / interrupt),
 // then drains and returns 0. SIGHUP reloads the tools. Process events are
@@ -35,39 +230,21 @@ func cmdServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	fs := flag.NewFlagSet("sandboxd serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		index       = fs.String("index", "", "Kindgi pack index (index.json); modules resolve under --module-root")
-		moduleRoot  = fs.String("module-root", "", "directory the index's modulePaths are relative to (default: the index's directory)")
-		toolsDir    = fs.String("tools", "", "directory of tool manifests (*.json and */tool.json)")
-		addr        = fs.String("addr", "", "listen address HOST:PORT (default: --host and $PORT)")
-		host        = fs.String("host", "127.0.0.1", "listen host when --addr is not given")
-		dev         = fs.Bool("dev", false, "allow filesystem codeArtifactRefs (local development only)")
-		eventsDest  = fs.String("events", "", "write tool-call lifecycle events as JSON lines to this file, or - for stderr (as run), beside the process events")
-		maxConc     = fs.Int("max-concurrency", 0, "calls running at once (default $KINDGI_PACK_SERVICE_MAX_CONCURRENCY, else 16)")
-		queue       = fs.Int("queue", 0, "calls waiting for a slot before 503 (default 4 × max-concurrency; -1: none)")
-		perTool     = fs.Int("per-tool-concurrency", 0, "calls running at once per tool (default 3/4 of max-concurrency)")
-		drain       = fs.Duration("drain-timeout", server.DefaultDrainTimeout, "how long SIGTERM waits for in-flight calls")
-		bodyMB      = fs.Int64("body-budget-mb", server.DefaultBodyBudget>>20, "MiB held for invoke request bodies at once across all connections, charged before a body is read (a body that does not fit gets 503)")
-		bodyTimeout = fs.Duration("body-timeout", server.DefaultBodyTimeout, "how long an invoke request body may take to arrive, whatever kindgi-timeout-ms says")
-		envCheck    = fs.String("env-check", "strict", "strict: not ready while the index's required env is missing; warn: ready anyway")
-		packID      = fs.String("pack-id", "", "packId for --tools (default sandboxd)")
-		packVersion = fs.String("pack-version", "", "packVersion for --tools (default 0.0.0)")
-		artifactVer = fs.String("artifact-version", "", "artifactVersion for --tools (default: a digest of the tools)")
-		recycle     = fs.Bool("recycle", true, "reset used context-isolated instances to their post-initialisation state and reuse them, instead of instantiating for every call (strict tools never recycle)")
-		poolSize    = fs.Int("pool-size", -1, "most pre-warmed instances per context-isolated/strict tool; pools grow toward it under load and shrink when idle, within a 512 MiB budget for all tools (-1: the executor's default, 8)")
+		addr       = fs.String("addr", "", "listen address HOST:PORT (default: --host and $PORT)")
+		host       = fs.String("host", "127.0.0.1", "listen host when --addr is not given")
+		withMCP    = fs.Bool("mcp", false, "also serve the tools over MCP (Streamable HTTP) at /mcp, with Authorization: Bearer $"+tokenEnv+" (see docs/mcp.md)")
+		mcpOrigins stringList
 	)
-	var execOpts execFlags
-	execOpts.register(fs)
-	var ociOpts ociFlags
-	ociOpts.register(fs, false)
-	var egressOpts egressFlags
-	egressOpts.register(fs)
+	fs.Var(&mcpOrigins, "mcp-allow-origin", "a browser Origin (scheme://host[:port]) admitted at /mcp besides loopback ones (repeatable)")
+	var sf serviceFlags
+	sf.register(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: %s=… sandboxd serve (--index index.json [--module-root DIR] | --tools DIR) [flags]\n\n"+
 			"Serves the tools as a Kindgi pack service: POST /v1/invoke, GET /v1/info, /v1/tools,\n"+
-			"/healthz, /readyz, /metrics. The listen port is $PORT (0 picks one; default 8787)\n"+
-			"unless --addr is given. Process events (listening, draining, stopped, boot-failed,\n"+
-			"config-invalid, call) are JSON lines on stderr. SIGTERM drains and exits 0;\n"+
-			"SIGHUP reloads the tools.\n\nFlags:\n", tokenEnv)
+			"/healthz, /readyz, /metrics (and POST /mcp with --mcp). The listen port is $PORT\n"+
+			"(0 picks one; default 8787) unless --addr is given. Process events (listening,\n"+
+			"draining, stopped, boot-failed, config-invalid, call) are JSON lines on stderr.\n"+
+			"SIGTERM drains and exits 0; SIGHUP reloads the tools.\n\nFlags:\n", tokenEnv)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -76,7 +253,7 @@ func cmdServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		}
 		return exitUsage
 	}
-	if *bodyMB <= 0 || *bodyTimeout <= 0 {
+	if *sf.bodyMB <= 0 || *sf.bodyTimeout <= 0 {
 		fmt.Fprintln(stderr, "serve: --body-budget-mb and --body-timeout must be positive")
 		return exitUsage
 	}
@@ -94,30 +271,9 @@ func cmdServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	if fs.NArg() > 0 {
 		bad("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
-	if (*index == "") == (*toolsDir == "") {
-		bad("give exactly one of --index and --tools")
-	}
-	if *moduleRoot != "" && *index == "" {
-		bad("--module-root goes with --index")
-	}
-	if *envCheck != "strict" && *envCheck != "warn" {
-		bad("--env-check must be strict or warn, not %q", *envCheck)
-	}
-	if *drain <= 0 {
-		bad("--drain-timeout must be positive")
-	}
-	mc := *maxConc
-	if mc == 0 {
-		if v := os.Getenv("KINDGI_PACK_SERVICE_MAX_CONCURRENCY"); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n <= 0 {
-				bad("KINDGI_PACK_SERVICE_MAX_CONCURRENCY must be a positive integer, not %q", v)
-			}
-			mc = n
-		}
-	}
-	if mc < 0 || *perTool < 0 || *queue < -1 {
-		bad("--max-concurrency, --per-tool-concurrency must be positive and --queue ≥ -1")
+	mc := sf.check(bad)
+	if len(mcpOrigins) > 0 && !*withMCP {
+		bad("--mcp-allow-origin goes with --mcp")
 	}
 	listen := *addr
 	if listen == "" {
@@ -130,112 +286,30 @@ func cmdServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		}
 		listen = net.JoinHostPort(*host, port)
 	}
-	cfg, err := execOpts.apply(executor.NewConfig())
-	if err != nil {
-		bad("%v", err)
-	}
 	if len(problems) > 0 {
 		plog.Error("config-invalid", "problems", problems)
 		return exitError
 	}
 
-	var rec *events.Recorder
-	if *eventsDest != "" {
-		var err error
-		if rec, err = events.Open(*eventsDest, stderr); err != nil {
-			plog.Error("config-invalid", "problems", []string{"--events: " + err.Error()})
+	svc, code, ok := sf.boot(ctx, plog, token, mc, stdout, stderr)
+	if !ok {
+		return code
+	}
+	defer svc.close()
+	if *withMCP {
+		ms, ok := svc.mcp(plog)
+		if !ok {
 			return exitError
 		}
-		defer rec.Close()
+		svc.srv.Handle("/mcp", ms.Handler(mcp.HTTPOptions{AllowedOrigins: mcpOrigins}))
 	}
-	cfg = cfg.
-		WithDevMode(*dev).
-		WithGuestOutput(stdout, stderr)
-	// Guest log lines become JSON process events too, so stderr stays
-	// machine-readable (guest stderr itself is forwarded line by line).
-	levels := [...]string{"debug", "info", "warn", "error"}
-	cfg = cfg.WithLogSink(func(r executor.LogRecord) {
-		plog.Info("guest-log", "tool", r.ToolID, "guestLevel", levels[min(max(r.Level, 0), 3)], "message", r.Msg)
-	})
-	if rec != nil {
-		cfg = cfg.WithCallObserver(rec.Observe)
-	}
-	cfg = cfg.WithRecycling(*recycle)
-	if *poolSize >= 0 {
-		cfg = cfg.WithPoolSize(*poolSize)
-	}
-	ociOpts.log = plog // artifact-resolve/-download/-failed events: boot progress
-	oci, err := ociOpts.resolver()
-	if err != nil {
-		plog.Error("config-invalid", "problems", []string{err.Error()})
-		return exitError
-	}
-	defer oci.Close()
-	cfg = cfg.WithResolver(oci)
-	if cfg, err = egressOpts.apply(cfg); err != nil {
-		plog.Error("config-invalid", "problems", []string{err.Error()})
-		return exitError
-	}
-	exec, err := executor.New(ctx, cfg)
-	if err != nil {
-		plog.Error("boot-failed", "problems", []server.Problem{{Message: err.Error()}})
-		return exitError
-	}
-	// Closing must not hold up the exit behind a compile still running (a
-	// boot or reload abandoned at SIGTERM): it gets a bounded wait.
-	defer closeWithin(2*time.Second, func() { _ = exec.Close(context.Background()) })
-
-	var src server.Source
-	if *index != "" {
-		root := *moduleRoot
-		if root == "" {
-			root = filepath.Dir(*index)
-		}
-		src = server.IndexSource{Index: *index, ModuleRoot: root}
-	} else {
-		src = server.DirSource{Dir: *toolsDir, PackID: *packID, PackVersion: *packVersion, ArtifactVersion: *artifactVer}
-	}
-	// SIGTERM during boot stops it: Load stops waiting for a compile when
-	// ctx is done (the compile itself cannot be interrupted; F16).
-	srv, err := server.New(ctx, exec, src, server.Options{
-		Token: token, MaxConcurrency: mc, QueueSize: *queue, PerToolConcurrency: *perTool,
-		DrainTimeout: *drain, EnvCheckWarn: *envCheck == "warn", Log: plog,
-		BodyBudget: *bodyMB << 20, BodyTimeout: *bodyTimeout,
-	})
-	if err != nil && ctx.Err() != nil {
-		plog.Info("stopped", "during", "boot")
-		return exitOK // SIGTERM during boot: nothing was serving yet
-	}
-	if err != nil {
-		var be *server.BootError
-		if errors.As(err, &be) {
-			plog.Error("boot-failed", "problems", be.Problems)
-		} else {
-			plog.Error("boot-failed", "problems", []server.Problem{{Message: err.Error()}})
-		}
-		return exitError
-	}
-	defer srv.Close(context.Background())
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		plog.Error("boot-failed", "problems", []server.Problem{{Message: err.Error()}})
 		return exitError
 	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	go func() {
-		for {
-			select {
-			case <-hup:
-				oci.ForgetTags()    // a reload re-resolves tags, whatever the tag TTL
-				_ = srv.Reload(ctx) // failures are logged as reload-failed; SIGTERM abandons a reload
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	if err := srv.Serve(ctx, ln); err != nil {
+	defer svc.reloadOnHUP(ctx)()
+	if err := svc.srv.Serve(ctx, ln); err != nil {
 		plog.Error("stopped", "error", err.Error())
 		return exitError
 	}

@@ -1,0 +1,113 @@
+package mcp
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandboxd/sandboxd/server"
+)
+
+// HTTPOptions configure Handler.
+type HTTPOptions struct {
+	// AllowedOrigins are browser origins (scheme://host[:port], exact)
+	// admitted besides loopback ones (localhost, 127.0.0.0/8, ::1). A
+	// request without an Origin header (not from a browser) is admitted.
+	AllowedOrigins []string
+	// MaxBodyBytes caps a request body (default server.MaxBodyBytes, as
+	// the pack protocol's); a larger one is refused with 413 unread.
+	MaxBodyBytes int64
+}
+
+// Handler returns the Streamable HTTP endpoint (mount it at /mcp with
+// server.Server.Handle). Before the SDK sees a request it checks, in
+// order: the Origin (403 unless absent, loopback or allowed), the bearer
+// token (Authorization: Bearer <the pack token>, compared in constant
+// time; 401 with WWW-Authenticate), draining (503 with Retry-After) and
+// the body cap (413). The SDK handler is stateless (no Mcp-Session-Id; the
+// 2026-07-28 revision and the 2025-11-25 initialize handshake on the same
+// endpoint), answers POST only (GET and DELETE: 405), refuses a loopback
+// request whose Host is not a loopback name (403, DNS rebinding), enforces
+// the body cap while reading, and ties a 2026-07-28 call's context to its
+// HTTP request (a closed stream cancels the guest).
+func (s *Server) Handler(o HTTPOptions) http.Handler {
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = server.MaxBodyBytes
+	}
+	allowed := map[string]bool{}
+	for _, a := range o.AllowedOrigins {
+		allowed[strings.TrimSuffix(strings.ToLower(a), "/")] = true
+	}
+	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s.sdk }, &sdk.StreamableHTTPOptions{
+		Stateless:                    true,
+		MaxRequestBodyBytes:          o.MaxBodyBytes,
+		PropagateRequestCancellation: true,
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if origin := r.Header.Get("Origin"); origin != "" && !originOK(origin, allowed) {
+			s.refuse(w, r, http.StatusForbidden, "origin", "the Origin "+clip(origin)+" is not allowed")
+			return
+		}
+		if !s.bearerOK(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="sandboxd"`)
+			s.refuse(w, r, http.StatusUnauthorized, "token", "missing or wrong Authorization: Bearer token")
+			return
+		}
+		if s.core.Draining() {
+			w.Header().Set("Retry-After", "1")
+			w.Header().Set("Connection", "close")
+			s.refuse(w, r, http.StatusServiceUnavailable, "draining", "draining")
+			return
+		}
+		if r.ContentLength > o.MaxBodyBytes {
+			w.Header().Set("Connection", "close")
+			s.refuse(w, r, http.StatusRequestEntityTooLarge, "body", fmt.Sprintf("the body is over %d bytes", o.MaxBodyBytes))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, status int, why, reason string) {
+	s.log.Info("mcp-http-refused", "status", status, "why", why, "method", r.Method)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, reason+"\n")
+}
+
+// bearerOK reports whether r carries exactly one Authorization header
+// "Bearer <the pack token>".
+func (s *Server) bearerOK(r *http.Request) bool {
+	vals := r.Header.Values("Authorization")
+	if len(vals) != 1 {
+		return false
+	}
+	scheme, tok, ok := strings.Cut(vals[0], " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	return s.core.CheckToken(strings.TrimSpace(tok))
+}
+
+// originOK admits an allowed origin or a loopback one.
+func originOK(origin string, allowed map[string]bool) bool {
+	if allowed[strings.ToLower(origin)] {
+		return true
+	}
+	u, err := url.Parse(origin)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return false
+	}
+	host := u.Hostname()
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
