@@ -2,10 +2,12 @@ package artifact_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -89,4 +91,42 @@ func TestRegistryRequestDeadlines(t *testing.T) {
 			t.Fatalf("message does not name the blob: %q", te.Message)
 		}
 	})
+}
+
+// TestPullConcurrentBounded: a pull fetches its blobs concurrently, never
+// more at once than the configured concurrency.
+func TestPullConcurrentBounded(t *testing.T) {
+	inner := registrytest.NewInMemory(t, nil)
+	var mu sync.Mutex
+	var inFlight, most int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") {
+			mu.Lock()
+			inFlight++
+			most = max(most, inFlight)
+			mu.Unlock()
+			time.Sleep(150 * time.Millisecond)
+			defer func() { mu.Lock(); inFlight--; mu.Unlock() }()
+		}
+		inner.Config.Handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	host := registrytest.Host(srv)
+	echo := fixture(t, "echo_reactor.wasm")
+	var mods []artifact.PushModule
+	for i := 0; i < 8; i++ {
+		// A custom section makes each module's bytes (and digest) distinct.
+		m := append(append([]byte(nil), echo...), 0, 2, 1, byte('a'+i))
+		mods = append(mods, artifact.PushModule{Title: fmt.Sprintf("m%d.wasm", i), Wasm: m})
+	}
+	a := pushWasm(t, newOCI(t, registrytest.Host(inner), nil), registrytest.Host(inner)+"/a/many:1", "1", mods...)
+	o := newOCI(t, host, func(c artifact.OCIConfig) artifact.OCIConfig { return c.WithConcurrency(3) })
+	start := time.Now()
+	if _, err := o.Pull(ctxT(t), host+"/a/many@"+a.Digest); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("9 blobs (150 ms each at the registry) in %s, at most %d at once", time.Since(start).Round(time.Millisecond), most)
+	if most > 3 || most < 2 {
+		t.Fatalf("at most %d blob GETs at once, want 2..3 (concurrency 3)", most)
+	}
 }

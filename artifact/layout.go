@@ -119,6 +119,16 @@ func (s *layoutSource) blob(_ context.Context, d string, size int64, progress fu
 	return s.open(d, size, -1, "blob")
 }
 
+func (s *layoutSource) fetch(ctx context.Context, d string, size int64, progress func(int64)) error {
+	rc, err := s.blob(ctx, d, size, progress)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	_, err = io.Copy(io.Discard, rc)
+	return err
+}
+
 func (s *layoutSource) open(d string, size, max int64, what string) (io.ReadCloser, error) {
 	p := s.blobPath(d)
 	f, err := OpenRegular(p)

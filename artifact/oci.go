@@ -34,6 +34,8 @@ const (
 	// DefaultTagTTL is how long a tag's digest is trusted before it is
 	// re-resolved with a HEAD request.
 	DefaultTagTTL = 30 * time.Second
+	// DefaultConcurrency is how many blobs a pull fetches at once.
+	DefaultConcurrency = 4
 	// DefaultRequestTimeout bounds each registry request: its answer must
 	// start, and its body may pause, no longer than this.
 	DefaultRequestTimeout = 30 * time.Second
@@ -48,6 +50,7 @@ const (
 // every With method returns a changed copy. Start from NewOCIConfig;
 // NewOCI validates it.
 type OCIConfig struct {
+	concurrency    int
 	caFiles        []string
 	certsDir       string
 	log            *slog.Logger
@@ -64,7 +67,7 @@ type OCIConfig struct {
 // its credential helpers; anonymous when it has none), TLS to every
 // registry, DefaultTagTTL, and blobs capped at DefaultMaxModuleSize.
 func NewOCIConfig() OCIConfig {
-	return OCIConfig{certsDir: DefaultCertsDir, keychain: authn.DefaultKeychain, tagTTL: DefaultTagTTL, maxBlob: DefaultMaxModuleSize, requestTimeout: DefaultRequestTimeout}
+	return OCIConfig{concurrency: DefaultConcurrency, certsDir: DefaultCertsDir, keychain: authn.DefaultKeychain, tagTTL: DefaultTagTTL, maxBlob: DefaultMaxModuleSize, requestTimeout: DefaultRequestTimeout}
 }
 
 // DefaultOCICacheDir is sandboxd/oci under the user cache directory.
@@ -102,6 +105,13 @@ func (c OCIConfig) WithKeychain(k authn.Keychain) OCIConfig {
 // re-resolves it. 0 re-resolves on every call.
 func (c OCIConfig) WithTagTTL(d time.Duration) OCIConfig {
 	c.tagTTL = d
+	return c
+}
+
+// WithConcurrency sets how many blobs a Pull fetches at once (default
+// DefaultConcurrency).
+func (c OCIConfig) WithConcurrency(n int) OCIConfig {
+	c.concurrency = n
 	return c
 }
 
@@ -177,6 +187,9 @@ func NewOCI(cfg OCIConfig) (*OCI, error) {
 	}
 	if cfg.tagTTL < 0 {
 		return nil, fmt.Errorf("artifact: negative tag TTL %s", cfg.tagTTL)
+	}
+	if cfg.concurrency <= 0 {
+		return nil, fmt.Errorf("artifact: the fetch concurrency must be positive, got %d", cfg.concurrency)
 	}
 	if cfg.requestTimeout <= 0 {
 		return nil, fmt.Errorf("artifact: the registry request timeout must be positive, got %s", cfg.requestTimeout)
@@ -257,6 +270,9 @@ type source interface {
 	// blob opens blob d of size bytes as a reader that verifies its digest;
 	// its bytes are trustworthy only once it returned io.EOF.
 	blob(ctx context.Context, d string, size int64, progress func(int64)) (io.ReadCloser, error)
+	// fetch makes sure blob d is present and verified (downloading it, or
+	// reading it once to verify it), without handing its bytes out.
+	fetch(ctx context.Context, d string, size int64, progress func(int64)) error
 }
 
 func (o *OCI) source(r *imageRef) (source, error) {
@@ -839,6 +855,9 @@ func readError(ctx context.Context, err error, d string) error {
 		return te
 	}
 	if ctx.Err() != nil {
+		if d == "" {
+			return ctxError(ctx, "pulling")
+		}
 		return ctxError(ctx, "reading blob "+d)
 	}
 	return newErr(toolerr.ArtifactUnavailable, err, "reading blob %s: %v", d, err)
@@ -1092,24 +1111,55 @@ func (o *OCI) Pull(ctx context.Context, imageRef string, opts ...CallOption) (*A
 			return nil, toolerr.New(toolerr.ArtifactRefused, "%s: blob %s is %d bytes, over the %d-byte cap", r, l.Digest, l.Size, o.cfg.maxBlob)
 		}
 	}
-	for _, l := range blobs {
+	// Blobs are fetched concurrently, at most cfg.concurrency at once; the
+	// first failure cancels the others. Progress calls are serialised.
+	var pmu sync.Mutex
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sem := make(chan struct{}, o.cfg.concurrency)
+	errs := make([]error, len(blobs))
+	var wg sync.WaitGroup
+	for i, l := range blobs {
 		var fn func(int64)
 		if co.progress != nil {
 			dg, total := l.Digest, l.Size
-			fn = func(n int64) { co.progress(Progress{Digest: dg, Done: n, Total: total}) }
+			fn = func(n int64) {
+				pmu.Lock()
+				defer pmu.Unlock()
+				co.progress(Progress{Digest: dg, Done: n, Total: total})
+			}
 			fn(0)
 		}
-		rc, err := op.src.blob(ctx, l.Digest, l.Size, fn)
-		if err != nil {
-			return nil, err
+		select {
+		case sem <- struct{}{}:
+		case <-cctx.Done():
+			errs[i] = ctxError(ctx, "waiting to fetch blob "+l.Digest)
+			continue
 		}
-		_, err = io.Copy(io.Discard, rc)
-		rc.Close()
-		if err != nil {
-			return nil, readError(ctx, err, l.Digest)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := op.src.fetch(cctx, l.Digest, l.Size, fn); err != nil {
+				errs[i] = err
+				cancel()
+				return
+			}
+			if fn != nil {
+				fn(l.Size)
+			}
+		}()
+	}
+	wg.Wait()
+	// Report the failure that caused the others' cancellation.
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, toolerr.Cancelled) {
+			return nil, readError(ctx, err, "")
 		}
-		if fn != nil {
-			fn(l.Size)
+	}
+	for _, err := range errs {
+		if err != nil {
+			return nil, readError(ctx, err, "")
 		}
 	}
 	return &op.art, nil

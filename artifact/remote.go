@@ -263,7 +263,25 @@ func (s *remoteSource) blob(ctx context.Context, d string, size int64, progress 
 	if err := s.o.flight.do(ctx, d, func() error { return s.download(ctx, d, size, progress) }); err != nil {
 		return nil, err
 	}
-	return s.cache.openBlob(d, size)
+	// Just downloaded: its bytes were hashed as they streamed in; they are
+	// not hashed again.
+	return s.cache.openVerified(d, size)
+}
+
+// fetch makes sure blob d is in the cache, verified: a cached copy is read
+// once to verify it (one that fails is removed and downloaded again), an
+// absent one is downloaded, verified as it streams.
+func (s *remoteSource) fetch(ctx context.Context, d string, size int64, progress func(int64)) error {
+	if rc, err := s.cache.openBlob(d, size); err == nil {
+		_, err = io.Copy(io.Discard, rc)
+		rc.Close()
+		if err == nil || !errors.Is(err, toolerr.ArtifactIntegrityFailed) {
+			return err
+		}
+	} else if !errors.Is(err, errNotCached) {
+		return err
+	}
+	return s.o.flight.do(ctx, d, func() error { return s.download(ctx, d, size, progress) })
 }
 
 // download fetches blob d into the cache. The descriptor's size is checked
@@ -291,7 +309,7 @@ func (s *remoteSource) download(ctx context.Context, d string, size int64, progr
 			}
 		}
 	}
-	err := s.fetch(ctx, d, size, progress)
+	err := s.transfer(ctx, d, size, progress)
 	if err == nil {
 		s.o.logInfo("artifact-download", "repo", repo, "digest", d, "size", size, "state", "done", "ms", time.Since(start).Milliseconds())
 	}
@@ -301,7 +319,8 @@ func (s *remoteSource) download(ctx context.Context, d string, size int64, progr
 // largeBlob is the size above which a download logs its progress.
 const largeBlob = 4 << 20
 
-func (s *remoteSource) fetch(ctx context.Context, d string, size int64, progress func(int64)) error {
+// transfer downloads blob d into the cache, retrying an interrupted transfer.
+func (s *remoteSource) transfer(ctx context.Context, d string, size int64, progress func(int64)) error {
 	var last error
 	for attempt := 1; attempt <= retryAttempts; attempt++ {
 		if attempt > 1 {
