@@ -38,11 +38,12 @@ type ociFlags struct {
 
 func (f *ociFlags) register(fs *flag.FlagSet, withTimeout bool) {
 	fs.Var(&f.insecure, "insecure-registry", "host:port of a loopback registry to reach over plain HTTP (repeatable)")
-	fs.IntVar(&f.parallel, "concurrency", artifact.DefaultConcurrency, "blobs a pull fetches at once")
 	fs.Var(&f.caFiles, "registry-ca", "PEM file of a CA to trust for registry TLS, beside the system roots and /etc/docker/certs.d/<host:port>/*.crt (repeatable)")
 	fs.StringVar(&f.cacheDir, "artifact-cache-dir", "", "OCI artifact cache directory (default: sandboxd/oci under the user cache dir)")
 	fs.DurationVar(&f.regTimeout, "registry-timeout", artifact.DefaultRequestTimeout, "deadline of each registry request: its answer must start, and a download may pause, no longer than this")
-	if withTimeout {
+	f.parallel = artifact.DefaultConcurrency
+	if withTimeout { // push, pull, inspect
+		fs.IntVar(&f.parallel, "concurrency", artifact.DefaultConcurrency, "blobs a pull fetches at once")
 		fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "deadline for the whole operation")
 	}
 }
