@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/executor"
 	"github.com/sandboxd/sandboxd/manifest"
+	"github.com/sandboxd/sandboxd/pack"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
 
@@ -65,6 +66,30 @@ func (r *runner) call(ctx context.Context, t *executor.Tool, c *Case) outcome {
 	return outcome{output: res.Output}
 }
 
+// callCase runs a case: a tool case's input as is; a check case's config
+// (default: the guardrail's declared config) and trace made the check's
+// input by pack.Check.Input, which validates the config as a Kindgi pack
+// service does before any guest runs.
+func (r *runner) callCase(ctx context.Context, t *executor.Tool, chk *pack.Check, c *Case) outcome {
+	if chk == nil {
+		return r.call(ctx, t, c)
+	}
+	cfg := c.Config
+	if len(cfg) == 0 {
+		cfg = chk.Config
+	}
+	if len(cfg) == 0 {
+		cfg = json.RawMessage(`{}`)
+	}
+	in, err := chk.Input(cfg, c.Trace)
+	if err != nil {
+		return outcome{err: toolerr.As(err)}
+	}
+	cc := *c
+	cc.Input = in
+	return r.call(ctx, t, &cc)
+}
+
 // behaviour runs the cases and the probes of a loaded tool.
 func (r *runner) behaviour(ctx context.Context, name string, mt *manifest.Tool, tool *executor.Tool, module []byte, pt packTool, caseFiles []*CaseFile) {
 	add := func(check string, st Status, code toolerr.Code, format string, args ...any) {
@@ -79,7 +104,7 @@ func (r *runner) behaviour(ctx context.Context, name string, mt *manifest.Tool, 
 	for _, cf := range caseFiles {
 		for i := range cf.Cases {
 			c := &cf.Cases[i]
-			out := r.call(ctx, tool, c)
+			out := r.callCase(ctx, tool, pt.check, c)
 			runs = append(runs, ran{c, out})
 			check := "case " + c.Name
 			if out.err != nil && out.err.Code == toolerr.OutputValidationFailed && (c.Expect.Error == nil || c.Expect.Error.Code != string(toolerr.OutputValidationFailed)) {
@@ -95,8 +120,10 @@ func (r *runner) behaviour(ctx context.Context, name string, mt *manifest.Tool, 
 		}
 	}
 
-	// probe input-validation
-	if bad, why := invalidInput(mt); bad == nil {
+	// probe input-validation (for a check: its config)
+	if pt.check != nil {
+		r.probeConfig(ctx, tool, pt.check, add)
+	} else if bad, why := invalidInput(mt); bad == nil {
 		add("probe input-validation", StatusSkip, "", "%s", why)
 	} else {
 		out := r.call(ctx, tool, &Case{Name: "probe-input-validation", Input: bad})
@@ -160,7 +187,7 @@ func (r *runner) behaviour(ctx context.Context, name string, mt *manifest.Tool, 
 	}
 	var diffs []string
 	for _, c := range inputs {
-		oa, ob := r.call(ctx, a, c), r.call(ctx, b, c)
+		oa, ob := r.callCase(ctx, a, pt.check, c), r.callCase(ctx, b, pt.check, c)
 		if !oa.same(ob) {
 			diffs = append(diffs, fmt.Sprintf("case %s: %s vs %s", c.Name, oa, ob))
 		}
@@ -174,6 +201,34 @@ func (r *runner) behaviour(ctx context.Context, name string, mt *manifest.Tool, 
 		return
 	}
 	add("probe determinism", StatusPass, "", "%d case(s) answered alike on two fresh instances", len(inputs))
+}
+
+// probeConfig is a check's input-validation probe: a config breaking the
+// configSchema (an object missing its required properties, or with an
+// unknown one) must be refused with input-validation-failed before the
+// guest runs.
+func (r *runner) probeConfig(ctx context.Context, tool *executor.Tool, chk *pack.Check, add func(string, Status, toolerr.Code, string, ...any)) {
+	const name = "probe input-validation"
+	if chk.ConfigSchema == nil {
+		add(name, StatusSkip, "", "no configSchema: every config object is accepted")
+		return
+	}
+	for _, cand := range []struct{ v, why string }{
+		{`{}`, "missing required properties"},
+		{`{"conformance-unknown-property":true}`, "an unknown property"},
+	} {
+		if _, err := chk.Input(json.RawMessage(cand.v), nil); err == nil {
+			continue
+		}
+		out := r.callCase(ctx, tool, chk, &Case{Name: "probe-config-validation", Config: json.RawMessage(cand.v), Trace: json.RawMessage(`{}`)})
+		if out.err != nil && out.err.Code == toolerr.InputValidationFailed {
+			add(name, StatusPass, "", "config %s (%s) is refused with input-validation-failed: %s", cand.v, cand.why, out.err.Message)
+		} else {
+			add(name, StatusFail, toolerr.InputValidationFailed, "config %s (%s) was not refused: got %s", cand.v, cand.why, out)
+		}
+		return
+	}
+	add(name, StatusSkip, "", "the configSchema accepts every generated violation (no required property, unknown ones allowed)")
 }
 
 // judge compares a case's outcome with its expectation.

@@ -21,11 +21,14 @@ const MaxCaseFileSize = 8 << 20
 // MaxCaseTimeout caps a case's timeoutMs.
 const MaxCaseTimeout = 10 * time.Minute
 
-// CaseFile is one *.cases.json file: the behavioural cases of one tool.
-// See docs/conformance.md.
+// CaseFile is one *.cases.json file: the behavioural cases of one tool, or
+// of one guardrail check. See docs/conformance.md.
 type CaseFile struct {
-	// Tool is the id of the tool the cases are for.
-	Tool  string `json:"tool"`
+	// Tool is the id of the tool the cases are for; Check, instead, the id
+	// of a guardrail check (its checkId, else its guardrail id). Exactly
+	// one is set.
+	Tool  string `json:"tool,omitempty"`
+	Check string `json:"check,omitempty"`
 	Cases []Case `json:"cases"`
 }
 
@@ -33,8 +36,13 @@ type CaseFile struct {
 type Case struct {
 	// Name names the case in reports ("case NAME"); unique within the file.
 	Name string `json:"name"`
-	// Input is the tool input, any JSON value.
-	Input json.RawMessage `json:"input"`
+	// Input is the tool input, any JSON value (tool cases only).
+	Input json.RawMessage `json:"input,omitempty"`
+	// Config and Trace are a check case's check-invoke: the config (default:
+	// the guardrail's declared config), validated against its configSchema
+	// as sent, and the run trace (required).
+	Config json.RawMessage `json:"config,omitempty"`
+	Trace  json.RawMessage `json:"trace,omitempty"`
 	// Context is the call context; tenantId and runId default to
 	// "conformance" and "conformance-<case>".
 	Context *CaseContext `json:"context,omitempty"`
@@ -83,8 +91,8 @@ func ParseCaseFile(data []byte) (*CaseFile, error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, errors.New("not a case file: data after the JSON object")
 	}
-	if cf.Tool == "" {
-		return nil, errors.New(`"tool" is missing: a case file names the id of its tool`)
+	if (cf.Tool == "") == (cf.Check == "") {
+		return nil, errors.New(`a case file names exactly one of "tool" (a tool id) or "check" (a guardrail check id)`)
 	}
 	seen := map[string]bool{}
 	for i := range cf.Cases {
@@ -96,8 +104,15 @@ func ParseCaseFile(data []byte) (*CaseFile, error) {
 			return nil, fmt.Errorf("cases[%d]: duplicate case name %q", i, c.Name)
 		}
 		seen[c.Name] = true
-		if len(c.Input) == 0 {
+		switch {
+		case cf.Tool != "" && len(c.Input) == 0:
 			return nil, fmt.Errorf("case %q: \"input\" is missing", c.Name)
+		case cf.Tool != "" && (len(c.Config) > 0 || len(c.Trace) > 0):
+			return nil, fmt.Errorf("case %q: \"config\" and \"trace\" are for check cases; a tool case has \"input\"", c.Name)
+		case cf.Check != "" && len(c.Input) > 0:
+			return nil, fmt.Errorf("case %q: a check case has \"config\" and \"trace\", not \"input\"", c.Name)
+		case cf.Check != "" && len(c.Trace) == 0:
+			return nil, fmt.Errorf("case %q: \"trace\" is missing", c.Name)
 		}
 		if c.TimeoutMs < 0 || time.Duration(c.TimeoutMs)*time.Millisecond > MaxCaseTimeout {
 			return nil, fmt.Errorf("case %q: timeoutMs %d is outside 0..%d", c.Name, c.TimeoutMs, MaxCaseTimeout.Milliseconds())

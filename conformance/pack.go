@@ -3,14 +3,17 @@ package conformance
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/sandboxd/sandboxd/pack"
+	"github.com/sandboxd/sandboxd/toolerr"
 )
 
-// PackFile is the optional pack.json at the root of a pack directory.
+// PackFile is sandboxd's own optional pack.json at the root of a directory
+// of manifests: {"deploy": bool}, unknown fields refused. A pack.json with
+// a "manifestVersion" key is Kindgi's instead (see package pack).
 type PackFile struct {
 	// Deploy marks a pack meant for deployment: a filesystem codeArtifactRef
 	// (dev mode only) is then a failure of the artifact-ref check.
@@ -18,40 +21,78 @@ type PackFile struct {
 }
 
 // MaxManifestFileSize caps a manifest file; a larger one is refused unread.
-const MaxManifestFileSize = 4 << 20
+const MaxManifestFileSize = pack.MaxFileBytes
 
-// packTool is one manifest file found in a pack.
+// packTool is one tool or guardrail check of a pack, as the runner checks it.
 type packTool struct {
-	file string // relative to the pack directory
-	dir  string // absolute directory of the manifest (base for filesystem refs)
-	raw  []byte
-	err  error // reading failed
+	file string // where it was declared (relative to the pack), for reports
+	dir  string // absolute base of its relative filesystem / oci-layout refs
+	raw  []byte // the tool manifest (synthesized for a check)
+	err  error  // reading failed
+	// module is set when the pack names the module by path (an index):
+	// modulePath is then reported instead of a codeArtifactRef.
+	module     []byte
+	modulePath string
+	moduleFile string
+	// check is set for a guardrail check.
+	check *pack.Check
+	// code is the native code of err (default invalid-tool-definition).
+	code toolerr.Code
 }
 
-// findManifests lists the pack's manifests: *.tool.json and */tool.json,
-// sorted by path.
-func findManifests(dir string) ([]packTool, error) {
-	var files []string
-	for _, pat := range []string{"*.tool.json", "*/tool.json"} {
-		m, err := filepath.Glob(filepath.Join(dir, pat))
-		if err != nil {
-			return nil, err
+// loadedPack is a pack read for a run.
+type loadedPack struct {
+	tools, checks []packTool
+	deploy        bool
+	builtin       []string
+	layout        pack.Layout
+	index         []byte // the index file's bytes (index packs)
+}
+
+// fromPack turns a pack read by package pack, and the problems of its
+// entries, into what the runner checks.
+func fromPack(p *pack.Pack, problems []pack.Problem, root string) *loadedPack {
+	lp := &loadedPack{deploy: p.Deploy, builtin: p.Builtin, layout: p.Layout}
+	rel := func(src string) string {
+		if r, err := filepath.Rel(root, src); err == nil && !strings.HasPrefix(r, "..") {
+			return filepath.ToSlash(r)
 		}
-		files = append(files, m...)
+		return src
 	}
-	sort.Strings(files)
-	out := make([]packTool, 0, len(files))
-	for _, f := range files {
-		rel, _ := filepath.Rel(dir, f)
-		abs, err := filepath.Abs(filepath.Dir(f))
-		if err != nil {
-			return nil, err
+	for _, t := range p.Tools {
+		lp.tools = append(lp.tools, packTool{file: rel(t.Source), dir: t.BaseDir, raw: t.Manifest, module: t.Module, modulePath: modulePathOf(t.Manifest, t.Module), moduleFile: t.ModuleFile})
+	}
+	for i := range p.Checks {
+		c := &p.Checks[i]
+		lp.checks = append(lp.checks, packTool{file: rel(c.Source), dir: c.BaseDir, raw: c.Manifest, module: c.Module, modulePath: modulePathOf(c.Manifest, c.Module), moduleFile: c.ModuleFile, check: c})
+	}
+	for _, pr := range problems {
+		code := pr.Code
+		if code == "" {
+			code = toolerr.InvalidToolDefinition
 		}
-		pt := packTool{file: filepath.ToSlash(rel), dir: abs}
-		pt.raw, pt.err = readCapped(f, MaxManifestFileSize)
-		out = append(out, pt)
+		pt := packTool{file: rel(pr.Path), err: fmt.Errorf("%s", pr.Message), code: code}
+		if pr.ID != "" {
+			pt.file = pr.ID
+		}
+		lp.tools = append(lp.tools, pt)
 	}
-	return out, nil
+	return lp
+}
+
+// modulePathOf is the codeArtifactRef modulePath of a manifest whose
+// module the pack supplies ("" otherwise).
+func modulePathOf(man, module []byte) string {
+	if module == nil {
+		return ""
+	}
+	var m struct {
+		Ref struct {
+			ModulePath string `json:"modulePath"`
+		} `json:"codeArtifactRef"`
+	}
+	_ = json.Unmarshal(man, &m)
+	return m.Ref.ModulePath
 }
 
 // findCaseFiles lists *.cases.json files in dirs (each at most once),
@@ -77,37 +118,4 @@ func findCaseFiles(dirs ...string) ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, nil
-}
-
-func readPackFile(dir string) (PackFile, error) {
-	var pf PackFile
-	b, err := readCapped(filepath.Join(dir, "pack.json"), MaxManifestFileSize)
-	if os.IsNotExist(err) {
-		return pf, nil
-	}
-	if err != nil {
-		return pf, err
-	}
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&pf); err != nil {
-		return pf, fmt.Errorf("pack.json: %v", err)
-	}
-	return pf, nil
-}
-
-func readCapped(path string, max int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > max {
-		return nil, fmt.Errorf("%s is over the %d-byte cap", filepath.Base(path), max)
-	}
-	return b, nil
 }

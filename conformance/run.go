@@ -16,10 +16,12 @@ import (
 
 	"github.com/sandboxd/sandboxd/abi"
 	"github.com/sandboxd/sandboxd/artifact"
+	"github.com/sandboxd/sandboxd/deployenv"
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/executor"
 	"github.com/sandboxd/sandboxd/internal/wasmbin"
 	"github.com/sandboxd/sandboxd/manifest"
+	"github.com/sandboxd/sandboxd/pack"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
 
@@ -63,6 +65,17 @@ type Options struct {
 	// AllowUnmetered runs modules the fuel pass refuses, unmetered
 	// (executor.Config.WithAllowUnmetered); false refuses them.
 	AllowUnmetered bool
+	// Index and ModuleRoot check a Kindgi pack index (the inputs serve
+	// takes) instead of a directory; Run's source is then "". Its tools'
+	// modulePaths and its guardrails' checkModulePaths resolve under
+	// ModuleRoot through BundleMap (nil: none). Case files default to the
+	// index's directory and its cases/ subdirectory.
+	Index, ModuleRoot string
+	BundleMap         pack.BundleMap
+	// Envelope is a kindgi-deploy-envelope/v1 file to verify against the
+	// index (needs Index) with the keys of TrustedKeys: an "envelope"
+	// check. The image digest is asked of OCI for the envelope's imageRef.
+	Envelope, TrustedKeys string
 }
 
 // OCI is what Run needs from an OCI client; *artifact.OCI implements it.
@@ -103,12 +116,30 @@ func Run(ctx context.Context, source string, opts Options) (*Report, error) {
 		r.rep.Seed = opts.Seed
 	}
 	var caseDirs []string
+	var lp *loadedPack
+	if opts.Cases != "" {
+		if st, err := os.Stat(opts.Cases); err != nil || !st.IsDir() {
+			return nil, infra(err, "--cases %s is not a directory", opts.Cases)
+		}
+	}
+	if (opts.Index == "") != (opts.ModuleRoot == "") {
+		return nil, infra(nil, "--index and --module-root go together")
+	}
+	if opts.Envelope != "" && opts.Index == "" {
+		return nil, infra(nil, "--envelope verifies a pack index: it needs --index")
+	}
+	if opts.Envelope != "" && opts.TrustedKeys == "" {
+		return nil, infra(nil, "--envelope needs --trusted-keys")
+	}
 	if ref, ok := strings.CutPrefix(source, OCIPrefix); ok {
 		if opts.OCI == nil {
 			return nil, infra(nil, "an oci:// pack needs an OCI client")
 		}
 		if opts.Cases == "" {
 			return nil, infra(nil, "an oci:// pack needs --cases: the directory with its tool manifests and case files")
+		}
+		if opts.Index != "" {
+			return nil, infra(nil, "an oci:// pack takes its manifests from --cases, not --index")
 		}
 		art, err := opts.OCI.Inspect(ctx, ref)
 		if err != nil {
@@ -123,6 +154,43 @@ func Run(ctx context.Context, source string, opts Options) (*Report, error) {
 		r.deploy = true
 		r.dir = opts.Cases
 		caseDirs = []string{opts.Cases}
+		if lp, err = r.readDir(opts.Cases); lp == nil {
+			if err != nil {
+				return nil, err
+			}
+			r.relativize()
+			return r.rep, nil
+		}
+	} else if opts.Index != "" {
+		if source != "" {
+			return nil, infra(nil, "give the pack either as PACK or as --index/--module-root, not both")
+		}
+		if st, err := os.Stat(opts.Index); err != nil || !st.Mode().IsRegular() {
+			return nil, infra(err, "cannot read the pack index %s", opts.Index)
+		}
+		if st, err := os.Stat(opts.ModuleRoot); err != nil || !st.IsDir() {
+			return nil, infra(err, "the module root %s is not a directory", opts.ModuleRoot)
+		}
+		r.rep.Source = opts.Index
+		r.dir = filepath.Dir(opts.Index)
+		r.deploy = opts.Deploy
+		caseDirs = []string{r.dir, filepath.Join(r.dir, "cases")}
+		if opts.Cases != "" {
+			caseDirs = []string{opts.Cases}
+		}
+		p, problems := pack.IndexSource{Index: opts.Index, ModuleRoot: opts.ModuleRoot, BundleMap: opts.BundleMap}.Read()
+		if p == nil {
+			for _, pr := range problems {
+				r.rep.add("pack", "index", StatusFail, string(toolerr.InvalidToolDefinition), "%s", pr.Message)
+			}
+			r.relativize()
+			return r.rep, nil
+		}
+		lp = fromPack(p, problems, r.dir)
+		lp.index, _ = os.ReadFile(opts.Index)
+		if len(p.Tools)+len(p.Checks)+len(problems) == 0 {
+			r.rep.add("pack", "index", StatusPass, "", "the index declares no tools and no guardrail checks")
+		}
 	} else {
 		st, err := os.Stat(source)
 		if err != nil {
@@ -131,29 +199,32 @@ func Run(ctx context.Context, source string, opts Options) (*Report, error) {
 		if !st.IsDir() {
 			return nil, infra(nil, "the pack %s is not a directory", source)
 		}
-		pf, err := readPackFile(source)
-		if err != nil {
-			return nil, infra(err, "cannot read the pack")
-		}
-		r.deploy = opts.Deploy || pf.Deploy
 		r.dir = source
 		caseDirs = []string{source, filepath.Join(source, "cases")}
 		if opts.Cases != "" {
 			caseDirs = []string{opts.Cases}
 		}
+		if lp, err = r.readDir(source); lp == nil {
+			if err != nil {
+				return nil, err
+			}
+			r.relativize()
+			return r.rep, nil
+		}
+		r.deploy = opts.Deploy || lp.deploy
 	}
-	if opts.Cases != "" {
-		if st, err := os.Stat(opts.Cases); err != nil || !st.IsDir() {
-			return nil, infra(err, "--cases %s is not a directory", opts.Cases)
+	if lp.layout == pack.LayoutKindgiPack {
+		r.rep.add("pack", "pack.json", StatusPass, "", "valid against Kindgi's pack.schema.json 1.1.0: %d tool(s), %d guardrail check(s) of pack code", len(lp.tools), len(lp.checks))
+	}
+	if len(lp.builtin) > 0 {
+		r.rep.add("pack", "guardrails", StatusPass, "", "not pack code (a runtime built-in check), not run here: %s", strings.Join(lp.builtin, ", "))
+	}
+	if opts.Envelope != "" {
+		if err := r.checkEnvelope(ctx, lp.index); err != nil {
+			return nil, err
 		}
 	}
-	tools, err := findManifests(r.dir)
-	if err != nil {
-		return nil, infra(err, "cannot list the pack's manifests")
-	}
-	if len(tools) == 0 {
-		return nil, infra(nil, "no tool manifests (*.tool.json, */tool.json) in %s", r.dir)
-	}
+	tools := lp.tools
 	caseFiles, err := findCaseFiles(caseDirs...)
 	if err != nil {
 		return nil, infra(err, "cannot list the case files")
@@ -211,15 +282,18 @@ func Run(ctx context.Context, source string, opts Options) (*Report, error) {
 			orphans = append(orphans, e) // reported under the file name
 			continue
 		}
-		cases[cf.Tool] = append(cases[cf.Tool], e)
+		cases[caseKey(cf)] = append(cases[caseKey(cf)], e)
 	}
 
 	type loaded struct {
 		name string
 		pt   packTool
 	}
-	var order []loaded
+	var order, checks []loaded
 	ids := map[string]string{} // tool id → manifest file
+	for _, pt := range lp.checks {
+		checks = append(checks, loaded{pt.check.ID, pt})
+	}
 	for _, pt := range tools {
 		name := pt.file
 		if pt.err == nil {
@@ -236,18 +310,22 @@ func Run(ctx context.Context, source string, opts Options) (*Report, error) {
 		order = append(order, loaded{name, pt})
 	}
 	sort.SliceStable(order, func(i, j int) bool { return order[i].name < order[j].name })
-	for _, l := range order {
+	for _, l := range append(order, checks...) { // checks are sorted by id already
 		if err := ctx.Err(); err != nil {
 			return nil, infra(err, "interrupted")
 		}
+		key := "tool:" + l.name
+		if l.pt.check != nil {
+			key = "check:" + l.name
+		}
 		var tc []*CaseFile
-		for _, e := range cases[l.name] {
+		for _, e := range cases[key] {
 			tc = append(tc, e.cf)
 		}
 		if err := r.checkTool(ctx, l.name, l.pt, tc); err != nil {
 			return nil, err
 		}
-		delete(cases, l.name)
+		delete(cases, key)
 	}
 	// Case files that do not parse, or name no tool of the pack.
 	for _, e := range orphans {
@@ -258,13 +336,85 @@ func Run(ctx context.Context, source string, opts Options) (*Report, error) {
 		rest = append(rest, id)
 	}
 	sort.Strings(rest)
-	for _, id := range rest {
-		for _, e := range cases[id] {
-			r.rep.add(e.file, "cases", StatusFail, string(toolerr.ToolNotInPack), "%s names tool %q, which is not in the pack", e.file, id)
+	for _, key := range rest {
+		for _, e := range cases[key] {
+			if e.cf.Check != "" {
+				r.rep.add(e.file, "cases", StatusFail, "check-not-in-pack", "%s names check %q, which is not in the pack", e.file, e.cf.Check)
+				continue
+			}
+			r.rep.add(e.file, "cases", StatusFail, string(toolerr.ToolNotInPack), "%s names tool %q, which is not in the pack", e.file, e.cf.Tool)
 		}
 	}
 	r.relativize()
 	return r.rep, nil
+}
+
+// checkEnvelope verifies the deploy envelope against the index and the
+// trusted keys: the pack's "envelope" check. Unreadable files are
+// infrastructure errors.
+func (r *runner) checkEnvelope(ctx context.Context, index []byte) error {
+	env, err := deployenv.ReadFile(r.opts.Envelope)
+	if err != nil {
+		var de *deployenv.Error
+		if errors.As(err, &de) && de.Code == deployenv.BadInput {
+			r.rep.add("pack", "envelope", StatusFail, string(de.Code), "%s", de.Message)
+			return nil
+		}
+		return infra(err, "cannot read the envelope")
+	}
+	keys, err := deployenv.ReadTrustedKeys(r.opts.TrustedKeys)
+	if err != nil {
+		return infra(err, "cannot read --trusted-keys")
+	}
+	var digest func(context.Context, string) (string, error)
+	if r.opts.OCI != nil {
+		digest = func(ctx context.Context, ref string) (string, error) {
+			art, err := r.opts.OCI.Inspect(ctx, ref)
+			if err != nil {
+				return "", err
+			}
+			return art.Digest, nil
+		}
+	}
+	if err := deployenv.Verify(ctx, env, deployenv.Options{Trusted: keys, Index: index, ImageDigest: digest}); err != nil {
+		var de *deployenv.Error
+		if errors.As(err, &de) {
+			r.rep.add("pack", "envelope", StatusFail, string(de.Code), "%s", de.Message)
+			return nil
+		}
+		return infra(err, "cannot verify the envelope")
+	}
+	r.rep.add("pack", "envelope", StatusPass, "", "signed by trusted key %q; image %s; index sha256 and artifactVersion %s match", env.SignerKeyID, shortDigest(env.ImageDigest), env.ArtifactVersion)
+	return nil
+}
+
+func caseKey(cf *CaseFile) string {
+	if cf.Check != "" {
+		return "check:" + cf.Check
+	}
+	return "tool:" + cf.Tool
+}
+
+// readDir reads a pack directory by package pack's rule (Discover). A
+// directory that cannot be read, or has no tools, is an infrastructure
+// error; a pack.json that breaks its schema is a failed "pack.json" check
+// (lp nil, err nil): the report then has nothing else.
+func (r *runner) readDir(dir string) (*loadedPack, error) {
+	p, problems := pack.Discover(dir)
+	if p == nil {
+		pf := filepath.Join(dir, "pack.json")
+		if _, err := os.Stat(pf); err != nil {
+			return nil, infra(nil, "cannot read the pack: %s", problems[0].Message)
+		}
+		for _, pr := range problems {
+			r.rep.add("pack", "pack.json", StatusFail, string(toolerr.InvalidToolDefinition), "%s", pr.Message)
+		}
+		return nil, nil
+	}
+	if len(p.Tools) == 0 && len(p.Checks) == 0 && len(p.Builtin) == 0 && p.Layout == pack.LayoutManifests {
+		return nil, infra(nil, "no tool manifests (tool.json, *.tool.json, */tool.json) and no Kindgi pack.json in %s", dir)
+	}
+	return fromPack(p, problems, dir), nil
 }
 
 // relativize rewrites absolute paths under the pack directory in reasons
@@ -312,7 +462,18 @@ func (r *runner) checkTool(ctx context.Context, name string, pt packTool, caseFi
 	later := []string{"schemas", "network", "limits", "artifact-ref", "artifact", "module", "abi"}
 	// manifest
 	if pt.err != nil {
-		add("manifest", StatusFail, toolerr.InvalidToolDefinition, "%s: %v", pt.file, pt.err)
+		code, check := pt.code, "manifest"
+		if code == "" {
+			code = toolerr.InvalidToolDefinition
+		}
+		if code == toolerr.ArtifactUnavailable { // the index names a module the module root lacks
+			check = "artifact"
+			skipAll("no module", "manifest")
+			add(check, StatusFail, code, "%v", pt.err)
+			skipAll("no module", "module", "abi")
+			return nil
+		}
+		add(check, StatusFail, code, "%s: %v", pt.file, pt.err)
 		skipAll("no usable manifest", later...)
 		return nil
 	}
@@ -322,7 +483,11 @@ func (r *runner) checkTool(ctx context.Context, name string, pt packTool, caseFi
 		skipAll("the manifest is invalid", later...)
 		return nil
 	}
-	add("manifest", StatusPass, "", "%s is valid against the Kindgi tool schema 1.1.0", pt.file)
+	if c := pt.check; c != nil {
+		add("manifest", StatusPass, "", "guardrail %s (%s, %s): its check is a tool taking {config, trace} and returning a CheckResult", c.Guardrail, c.Kind, pt.file)
+	} else {
+		add("manifest", StatusPass, "", "%s is valid against the Kindgi tool schema 1.1.0", pt.file)
+	}
 
 	// schemas
 	mt, err := manifest.Load(pt.raw)
@@ -331,7 +496,10 @@ func (r *runner) checkTool(ctx context.Context, name string, pt packTool, caseFi
 	} else {
 		add("schemas", StatusPass, "", "input and output schemas compile (draft 2020-12)")
 	}
-	policyOK := r.checkPolicy(m, add)
+	if c := pt.check; c != nil {
+		r.checkConfig(c, add)
+	}
+	policyOK := r.checkPolicy(m, pt, add)
 
 	if m.CodeArtifactRef == nil && len(m.Spec) > 0 {
 		return r.checkDeclarative(ctx, name, m, mt, policyOK, pt, caseFiles, add)
@@ -383,6 +551,26 @@ func (r *runner) checkTool(ctx context.Context, name string, pt packTool, caseFi
 	return nil
 }
 
+// checkConfig is a guardrail check's static "config" check: the config
+// the guardrail declares is valid against its configSchema, as a Kindgi
+// runtime requires when it registers the guardrail.
+func (r *runner) checkConfig(c *pack.Check, add func(string, Status, toolerr.Code, string, ...any)) {
+	switch {
+	case c.ConfigSchema == nil && c.Config == nil:
+		add("config", StatusPass, "", "no configSchema, no config")
+	case c.ConfigSchema == nil:
+		add("config", StatusPass, "", "no configSchema: any config object is sent as is")
+	case c.Config == nil:
+		add("config", StatusPass, "", "configSchema compiles; the guardrail declares no config")
+	default:
+		if err := c.ValidateConfig(); err != nil {
+			add("config", StatusFail, toolerr.InputValidationFailed, "the declared config: %s", toolerr.As(err).Message)
+			return
+		}
+		add("config", StatusPass, "", "the declared config is valid against configSchema")
+	}
+}
+
 // checkDeclarative checks a declarative HTTP tool (spec.kind http): there
 // is no module; loading compiles its spec, and its cases run as for any tool.
 func (r *runner) checkDeclarative(ctx context.Context, name string, m *manifest.Manifest, mt *manifest.Tool, policyOK bool, pt packTool, caseFiles []*CaseFile, add func(string, Status, toolerr.Code, string, ...any)) error {
@@ -408,7 +596,7 @@ func (r *runner) checkDeclarative(ctx context.Context, name string, m *manifest.
 
 // checkPolicy runs the network, limits and artifact-ref checks and reports
 // whether all passed.
-func (r *runner) checkPolicy(m *manifest.Manifest, add func(string, Status, toolerr.Code, string, ...any)) bool {
+func (r *runner) checkPolicy(m *manifest.Manifest, pt packTool, add func(string, Status, toolerr.Code, string, ...any)) bool {
 	ok := true
 	strict := m.Posture() == manifest.PostureStrict
 	// network
@@ -443,6 +631,8 @@ func (r *runner) checkPolicy(m *manifest.Manifest, add func(string, Status, tool
 	// artifact-ref
 	ref := m.CodeArtifactRef
 	switch {
+	case pt.module != nil:
+		add("artifact-ref", StatusPass, "", "the index names module %s under the module root", pt.modulePath)
 	case ref == nil && len(m.Spec) > 0:
 		add("artifact-ref", StatusPass, "", "declarative HTTP tool: no module")
 	case ref == nil:
@@ -465,6 +655,11 @@ func (r *runner) checkPolicy(m *manifest.Manifest, add func(string, Status, tool
 // checkArtifact resolves the module. ok is false when there is none to
 // check (the artifact check failed or the tool is declarative).
 func (r *runner) checkArtifact(ctx context.Context, m *manifest.Manifest, pt packTool, add func(string, Status, toolerr.Code, string, ...any)) (_ *artifact.Module, ok bool, _ error) {
+	if pt.module != nil {
+		mod := &artifact.Module{Bytes: pt.module, Digest: artifact.Digest(pt.module), Source: pt.modulePath}
+		add("artifact", StatusPass, "", "module %s is %s under the module root, %s", pt.modulePath, pt.moduleFile, shortDigest(mod.Digest))
+		return mod, true, nil
+	}
 	ref := m.CodeArtifactRef
 	if ref == nil {
 		add("artifact", StatusSkip, "", "no codeArtifactRef")

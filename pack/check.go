@@ -51,7 +51,7 @@ type guardrailDecl struct {
 	action, config, configSchema               json.RawMessage
 	limits, network, needsSpec, artifactRef    json.RawMessage
 	module                                     []byte
-	source, baseDir                            string
+	moduleFile, source, baseDir                string
 }
 
 // newCheck synthesizes the check's manifest and compiles its configSchema.
@@ -63,7 +63,7 @@ func newCheck(g guardrailDecl) (Check, error) {
 		id = g.id
 	}
 	c := Check{
-		Tool:      Tool{ID: id, Source: g.source, Module: g.module, BaseDir: g.baseDir},
+		Tool:      Tool{ID: id, Source: g.source, Module: g.module, ModuleFile: g.moduleFile, BaseDir: g.baseDir},
 		Guardrail: g.id, Kind: g.kind, Severity: g.severity, Action: g.action,
 		Config: g.config, ConfigSchema: g.configSchema,
 	}

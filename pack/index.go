@@ -154,7 +154,7 @@ func (s IndexSource) Read() (*Pack, []Problem) {
 }
 
 func indexTool(root *os.Root, s IndexSource, t IndexTool, src string) (Tool, error) {
-	wasm, err := readModule(root, s.ModuleRoot, t.ModulePath, s.BundleMap)
+	wasm, file, err := readModule(root, s.ModuleRoot, t.ModulePath, s.BundleMap)
 	if err != nil {
 		return Tool{}, err
 	}
@@ -186,7 +186,7 @@ func indexTool(root *os.Root, s IndexSource, t IndexTool, src string) (Tool, err
 	if t.Mutating != nil {
 		m["mutating"] = *t.Mutating
 	}
-	return Tool{ID: t.ID, Version: pinned, Source: src, Manifest: marshal(m), Module: wasm}, nil
+	return Tool{ID: t.ID, Version: pinned, Source: src, Manifest: marshal(m), Module: wasm, ModuleFile: file}, nil
 }
 
 func indexCheck(root *os.Root, s IndexSource, g IndexGuardrail, src string) (Check, error) {
@@ -197,12 +197,12 @@ func indexCheck(root *os.Root, s IndexSource, g IndexGuardrail, src string) (Che
 		artifactRef: marshal(map[string]any{"kind": "filesystem", "modulePath": g.CheckModulePath}),
 		source:      src,
 	}
-	wasm, err := readModule(root, s.ModuleRoot, g.CheckModulePath, s.BundleMap)
+	wasm, file, err := readModule(root, s.ModuleRoot, g.CheckModulePath, s.BundleMap)
 	if err != nil {
 		c, _ := newCheck(decl)
 		return c, err
 	}
-	decl.module = wasm
+	decl.module, decl.moduleFile = wasm, file
 	return newCheck(decl)
 }
 

@@ -37,21 +37,21 @@ func ModuleCandidates(modulePath string, bm BundleMap) ([]string, error) {
 }
 
 // readModule reads the module modulePath names under root (see
-// ModuleCandidates). Symlinks never escape root; a FIFO never blocks.
-func readModule(root *os.Root, rootDir, modulePath string, bm BundleMap) ([]byte, error) {
+// ModuleCandidates) and returns it with the file it was read from. Symlinks never escape root; a FIFO never blocks.
+func readModule(root *os.Root, rootDir, modulePath string, bm BundleMap) ([]byte, string, error) {
 	candidates, err := ModuleCandidates(modulePath, bm)
 	if err != nil {
-		return nil, toolerr.Wrap(toolerr.InvalidToolDefinition, err, "")
+		return nil, "", toolerr.Wrap(toolerr.InvalidToolDefinition, err, "")
 	}
 	var tried []string
 	for _, c := range candidates {
 		b, err := readIn(root, c, maxModuleBytes)
 		if err == nil {
-			return b, nil
+			return b, c, nil
 		}
 		tried = append(tried, fmt.Sprintf("%s: %v", filepath.Join(rootDir, filepath.FromSlash(c)), err))
 	}
-	return nil, toolerr.New(toolerr.ArtifactUnavailable, "module not loadable: %s", strings.Join(tried, "; "))
+	return nil, "", toolerr.New(toolerr.ArtifactUnavailable, "module not loadable: %s", strings.Join(tried, "; "))
 }
 
 // readIn reads the regular file name under root, at most max bytes.

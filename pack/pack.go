@@ -70,7 +70,10 @@ type Tool struct {
 	Source   string
 	Manifest []byte
 	Module   []byte
-	BaseDir  string
+	// ModuleFile is the file under the module root Module was read from
+	// (after the bundle map and the .wasm-beside rule).
+	ModuleFile string
+	BaseDir    string
 }
 
 // Problem is one reason a pack entry (or the pack itself) could not be read.
