@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/conformance"
 	"github.com/sandboxd/sandboxd/executor"
+	"github.com/sandboxd/sandboxd/pack"
 )
 
 func init() {
@@ -24,7 +25,12 @@ func cmdConformance(ctx context.Context, args []string, _ io.Reader, stdout, std
 		cases         = fs.String("cases", "", "directory of case files (*.cases.json); for an oci:// pack it also holds the tool manifests (required)")
 		junit         = fs.String("junit", "", "write a JUnit XML report to this file")
 		jsonOut       = fs.String("json", "", "write a JSON report to this file (- for stdout instead of the summary)")
-		deploy        = fs.Bool("deploy", false, "treat the pack as meant for deploy: filesystem refs fail (pack.json \"deploy\": true does the same)")
+		deploy        = fs.Bool("deploy", false, "treat the pack as meant for deploy: filesystem refs fail (sandboxd's pack.json \"deploy\": true does the same; a Kindgi pack.json has no such field)")
+		index         = fs.String("index", "", "check a Kindgi pack index (index.json) instead of PACK: its tools and guardrail checks (needs --module-root)")
+		moduleRoot    = fs.String("module-root", "", "directory the index's modulePath and checkModulePath resolve under")
+		bundleMap     = fs.String("bundle-map", "", "JSON file mapping the index's source paths to files under --module-root (optionally FILE#export)")
+		envelope      = fs.String("envelope", "", "verify this kindgi-deploy-envelope/v1 file against the index and the image it names (needs --index and --trusted-keys)")
+		trustedKeys   = fs.String("trusted-keys", "", "JSON file of trusted signing keys: {\"keys\":[{\"keyId\",\"publicKey\"}]}")
 		deterministic = fs.Bool("deterministic", false, "give guests fixed clocks and a seeded random source")
 		seed          = fs.Uint64("seed", 1, "random seed for --deterministic")
 		unmetered     = fs.Bool("allow-unmetered", false, allowUnmeteredUsage)
@@ -40,10 +46,13 @@ func cmdConformance(ctx context.Context, args []string, _ io.Reader, stdout, std
 	var ociOpts ociFlags
 	ociOpts.register(fs, false)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: sandboxd conformance PACK [flags]\n\n"+
-			"PACK is a directory of tool manifests (*.tool.json, */tool.json) and case files\n"+
+		fmt.Fprintf(stderr, "Usage: sandboxd conformance PACK [flags]\n"+
+			"       sandboxd conformance --index index.json --module-root DIR [--bundle-map FILE] [flags]\n\n"+
+			"PACK is a directory — with a Kindgi pack.json (tools and guardrails it lists), or\n"+
+			"tool manifests (tool.json, *.tool.json, */tool.json) — and case files\n"+
 			"(*.cases.json, also under PACK/cases/), or oci://REF with --cases DIR holding\n"+
-			"the manifests and case files. See docs/conformance.md.\n\n"+
+			"the manifests and case files. --index checks a Kindgi pack index instead.\n"+
+			"See docs/conformance.md and docs/packs.md.\n\n"+
 			"Prints one line per check and the totals. Exit 0: every check passed (warnings\n"+
 			"allowed); 1: a check failed; 2: usage error or infrastructure error (unreadable\n"+
 			"pack, unreachable registry) — no verdict.\n\nFlags:\n")
@@ -60,8 +69,32 @@ func cmdConformance(ctx context.Context, args []string, _ io.Reader, stdout, std
 		fmt.Fprintf(stderr, "sandboxd conformance: "+format+"\n", a...)
 		return exitUsage
 	}
-	if len(pos) != 1 {
-		return usage("want exactly one PACK (a directory or oci://REF), got %d arguments", len(pos))
+	source := ""
+	switch {
+	case *index != "" && len(pos) != 0:
+		return usage("--index replaces PACK; got %d arguments too", len(pos))
+	case *index == "" && len(pos) != 1:
+		return usage("want exactly one PACK (a directory or oci://REF) or --index, got %d arguments", len(pos))
+	case *index == "":
+		source = pos[0]
+	}
+	if (*index == "") != (*moduleRoot == "") {
+		return usage("--index and --module-root go together")
+	}
+	if *bundleMap != "" && *index == "" {
+		return usage("--bundle-map maps an index's modulePaths: it needs --index")
+	}
+	if *envelope != "" && (*index == "" || *trustedKeys == "") {
+		return usage("--envelope needs --index and --trusted-keys")
+	}
+	if *trustedKeys != "" && *envelope == "" {
+		return usage("--trusted-keys is for --envelope")
+	}
+	var bm pack.BundleMap
+	if *bundleMap != "" {
+		if bm, err = pack.ReadBundleMap(*bundleMap); err != nil {
+			return usage("%v", err)
+		}
 	}
 	if *caseTimeout <= 0 {
 		return usage("--case-timeout must be positive")
@@ -92,14 +125,15 @@ func cmdConformance(ctx context.Context, args []string, _ io.Reader, stdout, std
 		OCI: oci, CacheDir: *cacheDir, CaseTimeout: *caseTimeout,
 		DefaultMemMB: *memMB, DefaultCPUMs: *cpuMs, FuelBudget: *fuelBudget, AllowUnmetered: *unmetered,
 		MaxMemMB: maxMemMB, MaxCPUMs: maxCPUMs,
+		Index: *index, ModuleRoot: *moduleRoot, BundleMap: bm, Envelope: *envelope, TrustedKeys: *trustedKeys,
 	}
 	if *fuelBudget < 0 {
 		return usage("--fuel-budget must not be negative")
 	}
-	if strings.HasPrefix(pos[0], conformance.OCIPrefix) && *cases == "" {
+	if strings.HasPrefix(source, conformance.OCIPrefix) && *cases == "" {
 		return usage("an oci:// pack needs --cases DIR (its tool manifests and case files)")
 	}
-	rep, err := conformance.Run(ctx, pos[0], opts)
+	rep, err := conformance.Run(ctx, source, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "sandboxd conformance: %v\n", err)
 		return exitUsage

@@ -72,6 +72,11 @@ func TestConformanceUsageExit2(t *testing.T) {
 		{"conformance", "../../examples/pack", "--case-timeout", "0s"},
 		{"conformance", "oci://127.0.0.1:5000/acme/pack:1"}, // no --cases
 		{"conformance", "./no-such-pack"},
+		{"conformance", "../../examples/pack", "--index", "x.json", "--module-root", "."}, // --index replaces PACK
+		{"conformance", "--index", "x.json"},                                              // no --module-root
+		{"conformance", "../../examples/pack", "--bundle-map", "m.json"},
+		{"conformance", "--index", "x.json", "--module-root", ".", "--envelope", "e.json"}, // no --trusted-keys
+		{"conformance", "../../examples/pack", "--trusted-keys", "k.json"},
 	} {
 		code, _, stderr := runCLI(t, "", args...)
 		if code != exitUsage || stderr == "" {
@@ -162,4 +167,48 @@ func TestConformanceOCIPack(t *testing.T) {
 func lastLine(s string) string {
 	s = strings.TrimRight(s, "\n")
 	return s[strings.LastIndex(s, "\n")+1:]
+}
+
+// TestConformanceIndexPack checks the inputs serve takes — a pack index, a
+// module root and a bundle map — with guardrail checks among its entries.
+func TestConformanceIndexPack(t *testing.T) {
+	dir := t.TempDir()
+	src := "../../conformance/testdata/index-pack"
+	err := filepath.Walk(src, func(p string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		if info.IsDir() {
+			return os.MkdirAll(filepath.Join(dir, rel), 0o755)
+		}
+		b, err := os.ReadFile(p)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, rel), b, 0o644)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod, err := os.ReadFile("../../pack/testdata/checks_reactor.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = os.MkdirAll(filepath.Join(dir, "dist", "guardrails"), 0o755)
+	if err := os.WriteFile(filepath.Join(dir, "dist", "guardrails", "checks.wasm"), mod, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCLI(t, "", "conformance", "--index", filepath.Join(dir, "index.json"),
+		"--module-root", filepath.Join(dir, "dist"), "--bundle-map", filepath.Join(dir, "dist", "bundle-map.json"))
+	// The fixture's acme.no-verdict answers without "passed": its one failure.
+	if code != exitError || !strings.Contains(stdout, "PASS  acme.checks.min-length  case a long enough output passes") ||
+		!strings.HasPrefix(lastLine(stdout), "FAILED: 39 checks, 36 passed, 1 failed") {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	// Without the bundle map the source paths resolve to nothing.
+	code, stdout, _ = runCLI(t, "", "conformance", "--index", filepath.Join(dir, "index.json"), "--module-root", filepath.Join(dir, "dist"))
+	if code != exitError || !strings.Contains(stdout, "artifact-unavailable") {
+		t.Fatalf("without --bundle-map: exit %d\n%s", code, stdout)
+	}
 }
