@@ -23,14 +23,19 @@ import (
 //	<root>/modules/sha256/<manifest>/<key> the digest of a module found inside image layers
 //	<root>/tmp/                            downloads in progress
 //
-// A file reaches blobs/ only by rename after its bytes were fsynced and
-// verified against its digest, so a crash never leaves a partial blob under a
-// final name; readers re-verify anyway.
-type cache struct{ root string }
+// A file reaches blobs/ only by rename after its bytes were verified
+// against its digest, so a failed download never leaves a partial blob
+// under a final name. The data is fsynced before the rename only with
+// fsync set: readers verify every blob anyway, so a blob a power loss
+// truncated is found, removed and fetched again.
+type cache struct {
+	root  string
+	fsync bool
+}
 
 // openCache creates root (mode 0700) with its subdirectories and refuses a
 // directory that other users could write to or that another user owns.
-func openCache(root string) (*cache, error) {
+func openCache(root string, fsync bool) (*cache, error) {
 	abs, err := filepath.Abs(root)
 	if err != nil {
 		return nil, toolerr.Wrap(toolerr.ArtifactRefused, err, "artifact cache directory")
@@ -51,7 +56,7 @@ func openCache(root string) (*cache, error) {
 	if err := checkOwner(abs, st); err != nil {
 		return nil, toolerr.Wrap(toolerr.ArtifactRefused, err, "")
 	}
-	c := &cache{root: abs}
+	c := &cache{root: abs, fsync: fsync}
 	for _, d := range []string{c.dir("blobs", "sha256"), c.dir("modules", "sha256"), c.dir("tmp")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, toolerr.Wrap(toolerr.ArtifactUnavailable, err, "cannot create the artifact cache directory")
@@ -182,8 +187,10 @@ func (c *cache) write(d string, size, max int64, r io.Reader, progress func(int6
 	if size < 0 && n > max {
 		return toolerr.New(toolerr.ArtifactRefused, "blob %s is larger than the %d-byte cap", d, max)
 	}
-	if err := tmp.Sync(); err != nil {
-		return toolerr.Wrap(toolerr.ArtifactUnavailable, err, "cannot write to the artifact cache")
+	if c.fsync {
+		if err := tmp.Sync(); err != nil {
+			return toolerr.Wrap(toolerr.ArtifactUnavailable, err, "cannot write to the artifact cache")
+		}
 	}
 	if err := tmp.Close(); err != nil {
 		return toolerr.Wrap(toolerr.ArtifactUnavailable, err, "cannot write to the artifact cache")
@@ -192,7 +199,9 @@ func (c *cache) write(d string, size, max int64, r io.Reader, progress func(int6
 		return toolerr.Wrap(toolerr.ArtifactUnavailable, err, "cannot write to the artifact cache")
 	}
 	ok = true
-	syncDir(filepath.Dir(c.blobPath(d)))
+	if c.fsync {
+		syncDir(filepath.Dir(c.blobPath(d)))
+	}
 	return nil
 }
 

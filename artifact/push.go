@@ -4,15 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/sandboxd/sandboxd/toolerr"
@@ -183,27 +184,71 @@ func (o *OCI) Push(ctx context.Context, imageRef, version string, modules []Push
 		if err != nil {
 			return nil, err
 		}
+		// The cache is filled while the blobs upload; the blobs upload
+		// concurrently, at most cfg.concurrency at once.
+		cacheDone := make(chan struct{})
+		go func() {
+			defer close(cacheDone)
+			if c, err := o.openCache(); err == nil {
+				for d, b := range blobs {
+					_ = c.putBytes(d, b)
+				}
+				_ = c.putBytes(md, manifest)
+			}
+		}()
+		defer func() { <-cacheDone }()
+		var pmu sync.Mutex
+		progress := func(p Progress) {
+			if co.progress != nil {
+				pmu.Lock()
+				defer pmu.Unlock()
+				co.progress(p)
+			}
+		}
 		order := append([]descriptor{*doc.Config}, doc.Layers...)
-		for _, l := range order {
-			var layer v1.Layer = static.NewLayer(blobs[l.Digest], types.MediaType(l.MediaType))
+		uctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		sem := make(chan struct{}, o.cfg.concurrency)
+		errs := make([]error, len(order))
+		var wg sync.WaitGroup
+		for i, l := range order {
+			var layer v1.Layer = &blobLayer{b: blobs[l.Digest], digest: l.Digest, mt: l.MediaType}
 			if co.progress != nil {
 				dg, total := l.Digest, l.Size
-				layer = &progressLayer{Layer: layer, fn: func(n int64) { co.progress(Progress{Digest: dg, Done: n, Total: total}) }}
-				co.progress(Progress{Digest: dg, Done: 0, Total: total})
+				layer = &progressLayer{Layer: layer, fn: func(n int64) { progress(Progress{Digest: dg, Done: n, Total: total}) }}
+				progress(Progress{Digest: dg, Done: 0, Total: total})
 			}
-			if err := p.Upload(ctx, r.repo, layer); err != nil {
-				return nil, registryError(ctx, err, fmt.Sprintf("pushing blob %s to %s", l.Digest, r.repo.Name()), o.pushAuth(ctx, r), 0)
+			select {
+			case sem <- struct{}{}:
+			case <-uctx.Done():
+				errs[i] = uctx.Err()
+				continue
 			}
-			report(l.Digest, l.Size)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				if err := p.Upload(uctx, r.repo, layer); err != nil {
+					errs[i] = registryError(ctx, err, fmt.Sprintf("pushing blob %s to %s", l.Digest, r.repo.Name()), o.pushAuth(ctx, r), 0)
+					cancel()
+					return
+				}
+				progress(Progress{Digest: l.Digest, Done: l.Size, Total: l.Size})
+			}()
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
+				return nil, err
+			}
+		}
+		for _, err := range errs {
+			if err != nil {
+				return nil, registryError(ctx, err, "pushing to "+r.repo.Name(), o.pushAuth(ctx, r), 0)
+			}
 		}
 		if err := p.Put(ctx, r.repo.Tag(r.tag), rawManifest{b: manifest, mt: mediaTypeOCIManifest}); err != nil {
 			return nil, registryError(ctx, err, "pushing the manifest to "+imageRef, o.pushAuth(ctx, r), 0)
-		}
-		if c, err := o.openCache(); err == nil {
-			for d, b := range blobs {
-				_ = c.putBytes(d, b)
-			}
-			_ = c.putBytes(md, manifest)
 		}
 	}
 	art := &Artifact{
@@ -223,6 +268,25 @@ func (o *OCI) Push(ctx context.Context, imageRef, version string, modules []Push
 		art.Size += l.Size
 	}
 	return art, nil
+}
+
+// blobLayer is a blob to upload whose digest is already known (ggcr's
+// static layer would hash it again).
+type blobLayer struct {
+	b      []byte
+	digest string
+	mt     string
+}
+
+func (l *blobLayer) Digest() (v1.Hash, error)            { return v1.NewHash(l.digest) }
+func (l *blobLayer) DiffID() (v1.Hash, error)            { return v1.NewHash(l.digest) }
+func (l *blobLayer) Size() (int64, error)                { return int64(len(l.b)), nil }
+func (l *blobLayer) MediaType() (types.MediaType, error) { return types.MediaType(l.mt), nil }
+func (l *blobLayer) Compressed() (io.ReadCloser, error) {
+	return io.NopCloser(bytes.NewReader(l.b)), nil
+}
+func (l *blobLayer) Uncompressed() (io.ReadCloser, error) {
+	return io.NopCloser(bytes.NewReader(l.b)), nil
 }
 
 // progressLayer reports the bytes of its blob read by the upload as they

@@ -32,12 +32,14 @@ type ociFlags struct {
 	timeout    time.Duration
 	regTimeout time.Duration
 	parallel   int
+	fsync      bool
 	// log, when set, receives the resolver's artifact-* events (serve).
 	log *slog.Logger
 }
 
 func (f *ociFlags) register(fs *flag.FlagSet, withTimeout bool) {
 	fs.Var(&f.insecure, "insecure-registry", "host:port of a loopback registry to reach over plain HTTP (repeatable)")
+	fs.BoolVar(&f.fsync, "artifact-fsync", false, "fsync every blob written to the artifact cache (survives power loss; blobs are re-verified on read either way)")
 	fs.Var(&f.caFiles, "registry-ca", "PEM file of a CA to trust for registry TLS, beside the system roots and /etc/docker/certs.d/<host:port>/*.crt (repeatable)")
 	fs.StringVar(&f.cacheDir, "artifact-cache-dir", "", "OCI artifact cache directory (default: sandboxd/oci under the user cache dir)")
 	fs.DurationVar(&f.regTimeout, "registry-timeout", artifact.DefaultRequestTimeout, "deadline of each registry request: its answer must start, and a download may pause, no longer than this")
@@ -50,7 +52,7 @@ func (f *ociFlags) register(fs *flag.FlagSet, withTimeout bool) {
 
 // resolver builds the OCI resolver the flags describe.
 func (f *ociFlags) resolver() (*artifact.OCI, error) {
-	cfg := artifact.NewOCIConfig().WithInsecureRegistries(f.insecure...).WithRequestTimeout(f.regTimeout).WithLogger(f.log).WithRegistryCA(f.caFiles...).WithConcurrency(f.parallel)
+	cfg := artifact.NewOCIConfig().WithInsecureRegistries(f.insecure...).WithRequestTimeout(f.regTimeout).WithLogger(f.log).WithRegistryCA(f.caFiles...).WithConcurrency(f.parallel).WithFsync(f.fsync)
 	if f.cacheDir != "" {
 		cfg = cfg.WithCacheDir(f.cacheDir)
 	}

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"bytes"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/registrytest"
+)
+
+// orasBinary finds ORAS on PATH or in the repository's .tools/bin (what
+// .ci/deps.d/40-oci.sh installs); missing, the benchmark is skipped,
+// except under CI=true.
+func orasBinary(b testing.TB) string {
+	if p, err := exec.LookPath("oras"); err == nil {
+		return p
+	}
+	if p, err := filepath.Abs("../../.tools/bin/oras"); err == nil {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		b.Fatal("oras is not installed (bash .ci/deps.d/40-oci.sh); CI=true requires it")
+	}
+	b.Skip("oras is not installed (bash .ci/deps.d/40-oci.sh)")
+	return ""
+}
+
+// throttle serves a reverse proxy to host whose responses are sent at
+// most rate bytes/s per request (a link limited per connection).
+func throttle(b testing.TB, host string, rate int) string {
+	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: host})
+	rp.ModifyResponse = func(resp *http.Response) error {
+		resp.Body = &slowBody{rc: resp.Body, rate: rate, start: time.Now()}
+		return nil
+	}
+	srv := &http.Server{Handler: rp}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go srv.Serve(ln)
+	b.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
+}
+
+type slowBody struct {
+	rc    io.ReadCloser
+	rate  int
+	start time.Time
+	n     int
+}
+
+func (s *slowBody) Read(p []byte) (int, error) {
+	if len(p) > 32<<10 {
+		p = p[:32<<10]
+	}
+	n, err := s.rc.Read(p)
+	s.n += n
+	if due := time.Duration(float64(s.n) / float64(s.rate) * float64(time.Second)); due > time.Since(s.start) {
+		time.Sleep(due - time.Since(s.start))
+	}
+	return n, err
+}
+
+func (s *slowBody) Close() error { return s.rc.Close() }
+
+// BenchmarkTransferVsORAS pushes and pulls one artifact of two 25 MB
+// modules with the sandboxd binary and with ORAS, against one
+// docker-registry process in one run: on loopback, and pulling through a
+// proxy that sends 10 MB/s per connection.
+//
+//	go test -run '^$' -bench BenchmarkTransferVsORAS -benchtime 3x ./cmd/sandboxd/
+func BenchmarkTransferVsORAS(b *testing.B) {
+	reg := registrytest.Start(b)
+	oras := orasBinary(b)
+	bin := filepath.Join(b.TempDir(), "sandboxd")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v\n%s", err, out)
+	}
+	dir := b.TempDir()
+	var files []string
+	for i := 0; i < 2; i++ {
+		m := make([]byte, 25<<20)
+		rand.Read(m)
+		copy(m, "\x00asm\x01\x00\x00\x00")
+		name := fmt.Sprintf("m%d.wasm", i)
+		if err := os.WriteFile(filepath.Join(dir, name), m, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		files = append(files, name)
+	}
+	run := func(name string, args ...string) string {
+		cmd := exec.Command(name, args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "DOCKER_CONFIG="+b.TempDir())
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			b.Fatalf("%s %v: %v\n%s", filepath.Base(name), args, err, out.String())
+		}
+		return out.String()
+	}
+	host := reg.Host
+	n := 0
+	b.Run("push/sandboxd", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			n++
+			run(bin, append(append([]string{"push"}, files...), fmt.Sprintf("%s/bench/s%d:1", host, n), "--artifact-version", "1", "--insecure-registry", host, "--artifact-cache-dir", b.TempDir())...)
+		}
+		b.ReportMetric(float64(50<<20)*float64(b.N)/b.Elapsed().Seconds()/1e6, "MB/s")
+	})
+	b.Run("push/oras", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			n++
+			args := []string{"push", "--plain-http", fmt.Sprintf("%s/bench/o%d:1", host, n)}
+			for _, f := range files {
+				args = append(args, f+":application/wasm")
+			}
+			run(oras, args...)
+		}
+		b.ReportMetric(float64(50<<20)*float64(b.N)/b.Elapsed().Seconds()/1e6, "MB/s")
+	})
+	pinned := strings.TrimSpace(run(bin, append(append([]string{"push"}, files...), host+"/bench/pull:1", "--artifact-version", "1", "--insecure-registry", host, "--artifact-cache-dir", b.TempDir())...))
+	digest := pinned[strings.Index(pinned, "@")+1:]
+	slow := throttle(b, host, 10<<20)
+	for _, h := range []struct{ name, host string }{{"loopback", host}, {"10MBps-per-conn", slow}} {
+		ref := h.host + "/bench/pull@" + digest
+		b.Run("pull/"+h.name+"/sandboxd", func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				run(bin, "pull", ref, "--insecure-registry", h.host, "--artifact-cache-dir", b.TempDir())
+			}
+			b.ReportMetric(float64(50<<20)*float64(b.N)/b.Elapsed().Seconds()/1e6, "MB/s")
+		})
+		b.Run("pull/"+h.name+"/oras", func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				run(oras, "pull", "--plain-http", ref, "-o", b.TempDir())
+			}
+			b.ReportMetric(float64(50<<20)*float64(b.N)/b.Elapsed().Seconds()/1e6, "MB/s")
+		})
+	}
+}
