@@ -121,10 +121,10 @@ func rootType(schema json.RawMessage) string {
 //
 // Every result carries _meta["x.ai/tool"] (the envelope with the input
 // projection when the input validated) and _meta[MetaCall].
-func resultFor(o *server.Outcome) (*sdk.CallToolResult, error) {
+func resultFor(o *server.Outcome, tool string) (*sdk.CallToolResult, error) {
 	if o.Refused != "" {
 		data, _ := json.Marshal(map[string]any{"reason": o.Refused, "retryAfterMs": 1000})
-		return nil, &jsonrpc.Error{Code: CodeUnavailable, Message: "sandboxd: " + o.Refused.Reason(""), Data: data}
+		return nil, &jsonrpc.Error{Code: CodeUnavailable, Message: "sandboxd: " + o.Refused.Reason(tool), Data: data}
 	}
 	if o.Err != nil {
 		switch o.Err.Code {

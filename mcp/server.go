@@ -173,7 +173,7 @@ func (s *Server) callTool(ctx context.Context, req *sdk.CallToolRequest) (*sdk.C
 	if o.Gone {
 		return nil, ctx.Err()
 	}
-	res, err := resultFor(&o)
+	res, err := resultFor(&o, p.Name)
 	if err == nil {
 		msg := "completed"
 		if res.IsError {
