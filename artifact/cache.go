@@ -160,6 +160,15 @@ var errNotCached = errors.New("not cached")
 // and only then renamed into place. progress, when set, is called with the
 // bytes written so far.
 func (c *cache) write(d string, size, max int64, r io.Reader, progress func(int64)) error {
+	limit := max
+	if size >= 0 {
+		limit = size
+	}
+	return c.store(d, size, max, &verifier{r: io.LimitReader(r, limit+1), digest: d, size: size, h: sha256.New(), what: "blob"}, progress)
+}
+
+// store writes src (already verifying, or known to be blob d) into place.
+func (c *cache) store(d string, size, max int64, src io.Reader, progress func(int64)) error {
 	tmp, err := os.CreateTemp(c.dir("tmp"), strings.TrimPrefix(d, "sha256:")[:16]+".*")
 	if err != nil {
 		return toolerr.Wrap(toolerr.ArtifactUnavailable, err, "cannot write to the artifact cache")
@@ -171,16 +180,11 @@ func (c *cache) write(d string, size, max int64, r io.Reader, progress func(int6
 			os.Remove(tmp.Name())
 		}
 	}()
-	limit := max
-	if size >= 0 {
-		limit = size
-	}
-	v := &verifier{r: io.LimitReader(r, limit+1), digest: d, size: size, h: sha256.New(), what: "blob"}
 	var dst io.Writer = tmp
 	if progress != nil {
 		dst = &progressWriter{w: tmp, fn: progress}
 	}
-	n, err := io.Copy(dst, v)
+	n, err := io.Copy(dst, src)
 	if err != nil {
 		return err
 	}
@@ -210,7 +214,8 @@ func (c *cache) putBytes(d string, b []byte) error {
 	if c.has(d, int64(len(b))) {
 		return nil
 	}
-	return c.write(d, int64(len(b)), int64(len(b)), bytes.NewReader(b), nil)
+	// b was hashed by whoever produced it: it is not hashed again.
+	return c.store(d, int64(len(b)), int64(len(b)), bytes.NewReader(b), nil)
 }
 
 // moduleKey names the memo of where modulePath lives inside manifest m.

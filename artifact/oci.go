@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/sandboxd/sandboxd/toolerr"
@@ -179,15 +178,12 @@ type OCI struct {
 	base          *http.Transport
 	pullTransport http.RoundTripper
 
-	cacheMu  sync.Mutex
-	cache    *cache
-	flight   flight
-	mu       sync.Mutex
-	regs     map[string]*registryClient
-	tags     map[string]tagEntry
-	pushOnce sync.Once
-	push     *remote.Pusher
-	pushErr  error
+	cacheMu sync.Mutex
+	cache   *cache
+	flight  flight
+	mu      sync.Mutex
+	regs    map[string]*registryClient
+	tags    map[string]tagEntry
 }
 
 // NewOCI validates cfg and returns a resolver. It does no I/O: the cache

@@ -5,16 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/google/go-containerregistry/pkg/authn"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/sandboxd/sandboxd/toolerr"
 )
@@ -124,14 +118,6 @@ func buildArtifact(version string, created time.Time, modules []PushModule) (blo
 	return blobs, manifest, nil
 }
 
-type rawManifest struct {
-	b  []byte
-	mt string
-}
-
-func (m rawManifest) RawManifest() ([]byte, error)        { return m.b, nil }
-func (m rawManifest) MediaType() (types.MediaType, error) { return types.MediaType(m.mt), nil }
-
 // Push builds a CNCF Wasm OCI artifact from modules (see BuildArtifact) and
 // pushes it to imageRef, a registry tag ("registry/repo:tag") or an OCI
 // layout ("oci-layout:dir[:tag]", created when absent). A registry push also
@@ -180,7 +166,7 @@ func (o *OCI) Push(ctx context.Context, imageRef, version string, modules []Push
 			report(d, int64(len(b)))
 		}
 	} else {
-		p, err := o.pusher()
+		up, err := o.newUploader(ctx, r.repo)
 		if err != nil {
 			return nil, err
 		}
@@ -212,11 +198,11 @@ func (o *OCI) Push(ctx context.Context, imageRef, version string, modules []Push
 		errs := make([]error, len(order))
 		var wg sync.WaitGroup
 		for i, l := range order {
-			var layer v1.Layer = &blobLayer{b: blobs[l.Digest], digest: l.Digest, mt: l.MediaType}
+			var fn func(int64)
 			if co.progress != nil {
 				dg, total := l.Digest, l.Size
-				layer = &progressLayer{Layer: layer, fn: func(n int64) { progress(Progress{Digest: dg, Done: n, Total: total}) }}
-				progress(Progress{Digest: dg, Done: 0, Total: total})
+				fn = func(n int64) { progress(Progress{Digest: dg, Done: n, Total: total}) }
+				fn(0)
 			}
 			select {
 			case sem <- struct{}{}:
@@ -228,8 +214,8 @@ func (o *OCI) Push(ctx context.Context, imageRef, version string, modules []Push
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
-				if err := p.Upload(uctx, r.repo, layer); err != nil {
-					errs[i] = registryError(ctx, err, fmt.Sprintf("pushing blob %s to %s", l.Digest, r.repo.Name()), o.pushAuth(ctx, r), 0)
+				if err := up.blob(uctx, l.Digest, blobs[l.Digest], fn); err != nil {
+					errs[i] = err
 					cancel()
 					return
 				}
@@ -244,11 +230,11 @@ func (o *OCI) Push(ctx context.Context, imageRef, version string, modules []Push
 		}
 		for _, err := range errs {
 			if err != nil {
-				return nil, registryError(ctx, err, "pushing to "+r.repo.Name(), o.pushAuth(ctx, r), 0)
+				return nil, registryError(ctx, err, "pushing to "+r.repo.Name(), up.auth, 0)
 			}
 		}
-		if err := p.Put(ctx, r.repo.Tag(r.tag), rawManifest{b: manifest, mt: mediaTypeOCIManifest}); err != nil {
-			return nil, registryError(ctx, err, "pushing the manifest to "+imageRef, o.pushAuth(ctx, r), 0)
+		if err := up.manifest(ctx, r.tag, mediaTypeOCIManifest, manifest); err != nil {
+			return nil, err
 		}
 	}
 	art := &Artifact{
@@ -270,40 +256,6 @@ func (o *OCI) Push(ctx context.Context, imageRef, version string, modules []Push
 	return art, nil
 }
 
-// blobLayer is a blob to upload whose digest is already known (ggcr's
-// static layer would hash it again).
-type blobLayer struct {
-	b      []byte
-	digest string
-	mt     string
-}
-
-func (l *blobLayer) Digest() (v1.Hash, error)            { return v1.NewHash(l.digest) }
-func (l *blobLayer) DiffID() (v1.Hash, error)            { return v1.NewHash(l.digest) }
-func (l *blobLayer) Size() (int64, error)                { return int64(len(l.b)), nil }
-func (l *blobLayer) MediaType() (types.MediaType, error) { return types.MediaType(l.mt), nil }
-func (l *blobLayer) Compressed() (io.ReadCloser, error) {
-	return io.NopCloser(bytes.NewReader(l.b)), nil
-}
-func (l *blobLayer) Uncompressed() (io.ReadCloser, error) {
-	return io.NopCloser(bytes.NewReader(l.b)), nil
-}
-
-// progressLayer reports the bytes of its blob read by the upload as they
-// are read (ggcr streams the upload body from Compressed).
-type progressLayer struct {
-	v1.Layer
-	fn func(int64)
-}
-
-func (l *progressLayer) Compressed() (io.ReadCloser, error) {
-	rc, err := l.Layer.Compressed()
-	if err != nil {
-		return nil, err
-	}
-	return &progressReader{rc: rc, fn: l.fn}, nil
-}
-
 type progressReader struct {
 	rc io.ReadCloser
 	n  int64
@@ -320,28 +272,3 @@ func (r *progressReader) Read(p []byte) (int, error) {
 }
 
 func (r *progressReader) Close() error { return r.rc.Close() }
-
-// pushAuth says what credentials a push to r carries, for its errors.
-func (o *OCI) pushAuth(ctx context.Context, r *imageRef) authInfo {
-	ai := authInfo{registry: r.repo.RegistryStr(), push: true, anonymous: true}
-	if a, err := authn.Resolve(ctx, o.cfg.keychain, r.repo.Registry); err == nil && a != authn.Anonymous {
-		if c, err := a.Authorization(); err == nil && *c != (authn.AuthConfig{}) {
-			ai.anonymous = false
-		}
-	}
-	return ai
-}
-
-func (o *OCI) pusher() (*remote.Pusher, error) {
-	o.pushOnce.Do(func() {
-		o.push, o.pushErr = remote.NewPusher(
-			remote.WithAuthFromKeychain(o.cfg.keychain),
-			remote.WithTransport(&schemeGuard{inner: &realmRewriter{inner: o.base}, insecure: o.insecure}),
-			remote.WithUserAgent("sandboxd"),
-		)
-	})
-	if o.pushErr != nil {
-		return nil, toolerr.Wrap(toolerr.Internal, o.pushErr, "cannot create the registry pusher")
-	}
-	return o.push, nil
-}
