@@ -1,0 +1,192 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+var examplePack = filepath.Join("..", "..", "examples", "pack")
+
+// The real binary over stdio with the go-sdk client: stdout carries only
+// protocol (the session would break otherwise), the envelope's fields are
+// in canonical order on the wire, and the process exits 0 when stdin
+// closes.
+func TestMCPStdioBinary(t *testing.T) {
+	bin := sandboxdBinary(t)
+	cmd := exec.Command(bin, "mcp", "--tools", examplePack, "--dev", "--cache-dir", cacheDir(t))
+	var stderr syncWriter
+	cmd.Stderr = &stderr
+	stdin, _ := cmd.StdinPipe()
+	stdoutPipe, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	// A raw session first: the wire bytes.
+	w := func(s string) { _, _ = io.WriteString(stdin, s+"\n") }
+	w(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	w(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	w(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"acme.echo","arguments":{"message":"wire"}}}`)
+	sc := bufio.NewScanner(stdoutPipe)
+	sc.Buffer(nil, 1<<20)
+	var lines []string
+	for len(lines) < 2 && sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	if len(lines) != 2 {
+		t.Fatalf("stdout %q; stderr %s", lines, stderr.String())
+	}
+	for _, l := range lines {
+		if !json.Valid([]byte(l)) {
+			t.Errorf("a stdout line is not JSON-RPC: %q", l)
+		}
+	}
+	if !strings.Contains(lines[1], `"x.ai/tool":{"version":1,"name":"acme.echo","kind":"other","namespace":"mcp","label":"Tool","read_only":true}`) ||
+		!strings.Contains(lines[1], `"structuredContent":{"echo":"wire","length":4}`) {
+		t.Errorf("tools/call answer %s", lines[1])
+	}
+	begun := time.Now()
+	stdin.Close()
+	err := cmd.Wait()
+	t.Logf("exit %v %v after stdin closed", err, time.Since(begun))
+	if err != nil {
+		t.Errorf("exit: %v; stderr %s", err, stderr.String())
+	}
+	for _, l := range strings.Split(strings.TrimSpace(stderr.String()), "\n") {
+		if !json.Valid([]byte(l)) {
+			t.Errorf("a stderr line is not a JSON process event: %q", l)
+		}
+	}
+
+	// The go-sdk client (2026-07-28, then the handshake), spawning it.
+	for _, version := range []string{"2026-07-28", "2025-11-25"} {
+		cmd := exec.Command(bin, "mcp", "--tools", examplePack, "--dev", "--cache-dir", cacheDir(t))
+		cmd.Stderr = io.Discard
+		cs, err := sdk.NewClient(&sdk.Implementation{Name: "go-test", Version: "1"}, nil).Connect(context.Background(),
+			&sdk.CommandTransport{Command: cmd}, &sdk.ClientSessionOptions{ProtocolVersion: version})
+		if err != nil {
+			t.Fatal(err)
+		}
+		goClientChecks(t, cs)
+		if err := cs.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+		if cmd.ProcessState == nil || !cmd.ProcessState.Success() {
+			t.Errorf("%s: process state after close: %v", version, cmd.ProcessState)
+		}
+	}
+}
+
+func goClientChecks(t *testing.T, cs *sdk.ClientSession) {
+	t.Helper()
+	ctx := context.Background()
+	lt, err := cs.ListTools(ctx, nil)
+	if err != nil || len(lt.Tools) != 3 {
+		t.Fatalf("tools/list: %v %+v", err, lt)
+	}
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "acme.echo", Arguments: map[string]any{"message": "go"}})
+	if err != nil || res.IsError {
+		t.Fatalf("echo: %v %+v", err, res)
+	}
+	if b, _ := json.Marshal(res.StructuredContent); string(b) != `{"echo":"go","length":2}` {
+		t.Errorf("structuredContent %s", b)
+	}
+	res, err = cs.CallTool(ctx, &sdk.CallToolParams{Name: "acme.lookup", Arguments: map[string]any{"id": 4}})
+	if err != nil || !res.IsError || !strings.HasPrefix(res.Content[0].(*sdk.TextContent).Text, "handler-error: ") {
+		t.Fatalf("lookup: %v %+v", err, res)
+	}
+}
+
+// serve --mcp: one process answers the pack protocol and MCP over
+// Streamable HTTP with the bearer token, counted in one metrics registry;
+// SIGTERM drains both.
+func TestServeMCPBinary(t *testing.T) {
+	bin := sandboxdBinary(t)
+	base, stop := startServeMCP(t, bin)
+	defer stop()
+	// The pack protocol.
+	req, _ := http.NewRequest("POST", base+"/v1/invoke", strings.NewReader(`{"v":2,"kind":"invoke","tool":{"id":"acme.echo"},"input":{"message":"pack"},"ctx":{"tenantId":"t","runId":"r"}}`))
+	req.Header.Set("content-type", "application/json")
+	req.Header.Set("kindgi-pack-token", "tok-mcp")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("pack invoke: %v %v", res, err)
+	}
+	res.Body.Close()
+	// MCP with the go-sdk client, both revisions.
+	for _, version := range []string{"2026-07-28", "2025-11-25"} {
+		cs, err := sdk.NewClient(&sdk.Implementation{Name: "go-test", Version: "1"}, nil).Connect(context.Background(),
+			&sdk.StreamableClientTransport{Endpoint: base + "/mcp", HTTPClient: bearerClient("tok-mcp")},
+			&sdk.ClientSessionOptions{ProtocolVersion: version})
+		if err != nil {
+			t.Fatalf("%s: %v", version, err)
+		}
+		goClientChecks(t, cs)
+		cs.Close()
+	}
+	// A wrong token never reaches MCP.
+	if _, err := sdk.NewClient(&sdk.Implementation{Name: "go-test", Version: "1"}, nil).Connect(context.Background(),
+		&sdk.StreamableClientTransport{Endpoint: base + "/mcp", HTTPClient: bearerClient("wrong")}, nil); err == nil {
+		t.Error("connected with a wrong token")
+	}
+	m := metrics(base)
+	for _, want := range []string{`sandboxd_invocations_total{tool="acme.echo",outcome="ok"} 3`, `sandboxd_invocations_total{tool="acme.lookup",outcome="handler-throw"} 2`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s:\n%s", want, m)
+		}
+	}
+}
+
+// startServeMCP runs serve --mcp on examples/pack with token tok-mcp.
+func startServeMCP(t *testing.T, bin string, extra ...string) (base string, stop func() string) {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"serve", "--mcp", "--tools", examplePack, "--dev", "--cache-dir", cacheDir(t)}, extra...)...)
+	cmd.Env = append(os.Environ(), tokenEnv+"=tok-mcp", "PORT=0")
+	var stderr syncWriter
+	cmd.Stderr, cmd.Stdout = &stderr, io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if ev := processEvents(t, stderr.String(), "listening"); len(ev) == 1 {
+			base = fmt.Sprintf("http://127.0.0.1:%d", int(ev[0]["port"].(float64)))
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if base == "" {
+		cmd.Process.Kill()
+		t.Fatalf("no listening event: %s", stderr.String())
+	}
+	return base, func() string {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("serve exit: %v", err)
+		}
+		return stderr.String()
+	}
+}
+
+type bearer struct{ tok string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.tok)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func bearerClient(tok string) *http.Client { return &http.Client{Transport: bearer{tok}} }
