@@ -628,3 +628,42 @@ func mustJSON(v any) []byte {
 	b, _ := json.Marshal(v)
 	return b
 }
+
+// On Streamable HTTP a 2026-07-28 call is cancelled by closing its
+// response stream: the guest stops and the call is recorded cancelled.
+func TestHTTPClosedStreamCancels(t *testing.T) {
+	f := newFixture(t, tools(t), server.Options{})
+	f.core.Handle("/mcp", f.mcp.Handler(mcp.HTTPOptions{}))
+	ts := httptest.NewServer(f.core)
+	defer ts.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t.spin","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
+	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/mcp", strings.NewReader(body))
+	for k, v := range map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+		"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "t.spin", "Authorization": "Bearer " + token} {
+		req.Header.Set(k, v)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		res, err := http.DefaultClient.Do(req)
+		if err == nil {
+			_, err = io.ReadAll(res.Body)
+			res.Body.Close()
+		}
+		errc <- err
+	}()
+	waitFor(t, "the spinning call to run", func() bool { return inflight(f.core) == 1 })
+	begun := time.Now()
+	cancel()
+	<-errc
+	waitFor(t, "the cancelled record", func() bool {
+		for _, r := range f.logs.records("call") {
+			if r["id"] == "t.spin" && r["outcome"] == "cancelled" {
+				return true
+			}
+		}
+		return false
+	})
+	waitFor(t, "its slot back", func() bool { return inflight(f.core) == 0 })
+	t.Logf("stream closed → guest stopped and recorded in %v", time.Since(begun))
+}

@@ -190,3 +190,81 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 func bearerClient(tok string) *http.Client { return &http.Client{Transport: bearer{tok}} }
+
+// SIGTERM on sandboxd mcp drains like the pack routes: a new call is
+// refused (-32000, draining) while the call in flight is answered; then
+// the process exits 0.
+func TestMCPStdioDrain(t *testing.T) {
+	bin := sandboxdBinary(t)
+	tools := t.TempDir()
+	loop := writeManifest(t, "loop", map[string]any{"id": "t.loop", "limits": map[string]any{"memMB": 16, "cpuMs": 300000}})
+	b, _ := os.ReadFile(loop)
+	_ = os.WriteFile(filepath.Join(tools, "loop.json"), b, 0o644)
+	cmd := exec.Command(bin, "mcp", "--tools", tools, "--dev", "--cache-dir", cacheDir(t), "--drain-timeout", "5s")
+	var stderr syncWriter
+	cmd.Stderr = &stderr
+	stdin, _ := cmd.StdinPipe()
+	stdoutPipe, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(stdoutPipe)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	next := func(what string) string {
+		t.Helper()
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("stdout closed before %s; stderr %s", what, stderr.String())
+			}
+			return l
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no %s", what)
+		}
+		return ""
+	}
+	w := func(s string) { _, _ = io.WriteString(stdin, s+"\n") }
+	w(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	next("initialize")
+	w(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	w(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"t.loop","arguments":{},"_meta":{"progressToken":"p","io.github.sandboxd/timeoutMs":1500}}}`)
+	if l := next("running progress"); !strings.Contains(l, `"notifications/progress"`) {
+		t.Fatalf("want the running progress, got %s", l)
+	}
+	begun := time.Now()
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	deadline := time.Now().Add(10 * time.Second)
+	for len(processEvents(t, stderr.String(), "draining")) == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	w(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"t.loop","arguments":{}}}`)
+	var refused, held string
+	for refused == "" || held == "" {
+		l := next("the answers")
+		switch {
+		case strings.Contains(l, `"id":3`):
+			refused = l
+		case strings.Contains(l, `"id":2`):
+			held = l
+		}
+	}
+	if !strings.Contains(refused, `"code":-32000`) || !strings.Contains(refused, "draining") {
+		t.Errorf("the call sent while draining: %s", refused)
+	}
+	if !strings.Contains(held, `"isError":true`) || !strings.Contains(held, `"code":"deadline-exceeded"`) {
+		t.Errorf("the held call: %.400s", held)
+	}
+	err := cmd.Wait()
+	st := processEvents(t, stderr.String(), "stopped")
+	t.Logf("exit %v %v after SIGTERM; stopped %v", err, time.Since(begun), st)
+	if err != nil || len(st) != 1 || st[0]["abandoned"] != 0.0 {
+		t.Errorf("exit %v, stopped %v", err, st)
+	}
+}
