@@ -667,3 +667,67 @@ func TestHTTPClosedStreamCancels(t *testing.T) {
 	waitFor(t, "its slot back", func() bool { return inflight(f.core) == 0 })
 	t.Logf("stream closed → guest stopped and recorded in %v", time.Since(begun))
 }
+
+// After a reload the MCP tool list follows the catalog: a new tool is
+// listed (clients get notifications/tools/list_changed), a tool MCP cannot
+// take is left out and logged as mcp-tools-refused.
+func TestReloadFollowsCatalog(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "handler.wasm"), examples.EchoWasm, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, set map[string]any) {
+		set["codeArtifactRef"] = map[string]any{"kind": "filesystem", "modulePath": "handler.wasm"}
+		if err := os.WriteFile(filepath.Join(dir, name), manifestWith(t, examples.EchoManifest, set), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("echo.json", map[string]any{})
+	exec, err := executor.New(context.Background(), executor.NewConfig().WithCacheDir(cacheDir).WithDevMode(true).WithGuestOutput(io.Discard, io.Discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exec.Close(context.Background())
+	logs := &syncBuffer{}
+	core, err := server.New(context.Background(), exec, server.DirSource{Dir: dir}, server.Options{Token: token, Log: server.NewLogger(logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer core.Close(context.Background())
+	ms, err := mcp.New(core, mcp.Options{Log: server.NewLogger(logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{core: core, mcp: ms, logs: logs}
+	changed := make(chan struct{}, 8)
+	cs := f.connect(t, "2025-11-25", &sdk.ClientOptions{ToolListChangedHandler: func(context.Context, *sdk.ToolListChangedRequest) {
+		changed <- struct{}{}
+	}})
+	write("second.json", map[string]any{"id": "acme.second"})
+	write("bad.json", map[string]any{"id": "acme.bad", "input": map[string]any{"type": "array"}})
+	if err := core.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notifications/tools/list_changed")
+	}
+	lt, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range lt.Tools {
+		names = append(names, tl.Name)
+	}
+	if strings.Join(names, ",") != "acme.echo,acme.second" {
+		t.Errorf("tools after the reload %v", names)
+	}
+	if r := logs.records("mcp-tools-refused"); len(r) != 1 || !strings.Contains(fmt.Sprint(r[0]["problems"]), "acme.bad") {
+		t.Errorf("mcp-tools-refused %v", r)
+	}
+	if res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "acme.second", Arguments: map[string]any{"message": "r"}}); err != nil || res.IsError {
+		t.Errorf("the reloaded tool: %v %+v", err, res)
+	}
+}
