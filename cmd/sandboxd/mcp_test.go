@@ -115,8 +115,14 @@ func goClientChecks(t *testing.T, cs *sdk.ClientSession) {
 // SIGTERM drains both.
 func TestServeMCPBinary(t *testing.T) {
 	bin := sandboxdBinary(t)
-	base, stop := startServeMCP(t, bin)
-	defer stop()
+	eventsFile := filepath.Join(t.TempDir(), "events.jsonl")
+	base, stop := startServeMCP(t, bin, "--events", eventsFile)
+	stopped := false
+	defer func() {
+		if !stopped {
+			stop()
+		}
+	}()
 	// The pack protocol.
 	req, _ := http.NewRequest("POST", base+"/v1/invoke", strings.NewReader(`{"v":2,"kind":"invoke","tool":{"id":"acme.echo"},"input":{"message":"pack"},"ctx":{"tenantId":"t","runId":"r"}}`))
 	req.Header.Set("content-type", "application/json")
@@ -147,6 +153,13 @@ func TestServeMCPBinary(t *testing.T) {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %s:\n%s", want, m)
 		}
+	}
+	// One lifecycle event stream: the MCP calls' events are in --events.
+	stop()
+	stopped = true
+	evb, _ := os.ReadFile(eventsFile)
+	if n := strings.Count(string(evb), `"status":"failed","tool":"acme.lookup"`); n != 2 {
+		t.Errorf("%d failed acme.lookup events (the two MCP calls), want 2: %s", n, evb)
 	}
 }
 
