@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,6 +50,7 @@ const (
 // every With method returns a changed copy. Start from NewOCIConfig;
 // NewOCI validates it.
 type OCIConfig struct {
+	verifyKeys     []crypto.PublicKey
 	fsync          bool
 	concurrency    int
 	caFiles        []string
@@ -105,6 +107,17 @@ func (c OCIConfig) WithKeychain(k authn.Keychain) OCIConfig {
 // re-resolves it. 0 re-resolves on every call.
 func (c OCIConfig) WithTagTTL(d time.Duration) OCIConfig {
 	c.tagTTL = d
+	return c
+}
+
+// WithVerifyKeys requires every resolved or pulled artifact to carry a
+// cosign key-based signature (simple signing) by one of keys over its
+// manifest digest (or its index's), found through the referrers API, the
+// referrers tag schema or cosign's .sig tag (see LoadVerifyKey). An
+// unsigned artifact is artifact-refused; one whose signatures do not
+// verify is artifact-integrity-failed.
+func (c OCIConfig) WithVerifyKeys(keys ...crypto.PublicKey) OCIConfig {
+	c.verifyKeys = append([]crypto.PublicKey(nil), keys...)
 	return c
 }
 
@@ -353,6 +366,9 @@ type Artifact struct {
 	Index string `json:"index,omitempty"`
 	// Layers lists the layers in order.
 	Layers []Layer `json:"layers"`
+	// Referrers lists the signatures and other manifests that refer to the
+	// artifact or its index (Inspect only).
+	Referrers []Referrer `json:"referrers,omitempty"`
 }
 
 // Layer is one layer of an Artifact.
@@ -709,6 +725,11 @@ func (o *OCI) resolve(ctx context.Context, r *imageRef, ref Ref) (*Module, error
 	}
 	if err := checkVersion(op, ref.ArtifactVersion); err != nil {
 		return nil, err
+	}
+	if len(o.cfg.verifyKeys) > 0 {
+		if err := o.verifySignatures(ctx, op); err != nil {
+			return nil, err
+		}
 	}
 	b, d, err := o.module(ctx, op, ref.ModulePath)
 	if err != nil {
@@ -1067,7 +1088,17 @@ func (o *OCI) Inspect(ctx context.Context, imageRef string) (*Artifact, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &op.art, nil
+	art := op.art
+	for _, d := range []string{art.Digest, art.Index} {
+		if d == "" {
+			continue
+		}
+		// Best effort: a registry that fails the lookup still gets inspected.
+		if refs, err := o.referrers(ctx, op.src, d); err == nil {
+			art.Referrers = append(art.Referrers, refs...)
+		}
+	}
+	return &art, nil
 }
 
 // Progress reports bytes moved for one blob of a pull or push.
@@ -1111,6 +1142,11 @@ func (o *OCI) Pull(ctx context.Context, imageRef string, opts ...CallOption) (*A
 	op, err := o.open(ctx, r)
 	if err != nil {
 		return nil, err
+	}
+	if len(o.cfg.verifyKeys) > 0 {
+		if err := o.verifySignatures(ctx, op); err != nil {
+			return nil, err
+		}
 	}
 	blobs := append([]descriptor{*op.doc.Config}, op.doc.Layers...)
 	for _, l := range blobs {
