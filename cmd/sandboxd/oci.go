@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -28,6 +29,7 @@ func init() {
 type ociFlags struct {
 	insecure   stringList
 	caFiles    stringList
+	verifyKeys stringList
 	cacheDir   string
 	timeout    time.Duration
 	regTimeout time.Duration
@@ -40,6 +42,7 @@ type ociFlags struct {
 func (f *ociFlags) register(fs *flag.FlagSet, withTimeout bool) {
 	fs.Var(&f.insecure, "insecure-registry", "host:port of a loopback registry to reach over plain HTTP (repeatable)")
 	fs.BoolVar(&f.fsync, "artifact-fsync", false, "fsync every blob written to the artifact cache (survives power loss; blobs are re-verified on read either way)")
+	fs.Var(&f.verifyKeys, "verify-key", "PEM public key (cosign.pub): OCI artifacts must carry a cosign key-based signature by it (or another --verify-key); unsigned ones are refused (repeatable)")
 	fs.Var(&f.caFiles, "registry-ca", "PEM file of a CA to trust for registry TLS, beside the system roots and /etc/docker/certs.d/<host:port>/*.crt (repeatable)")
 	fs.StringVar(&f.cacheDir, "artifact-cache-dir", "", "OCI artifact cache directory (default: sandboxd/oci under the user cache dir)")
 	fs.DurationVar(&f.regTimeout, "registry-timeout", artifact.DefaultRequestTimeout, "deadline of each registry request: its answer must start, and a download may pause, no longer than this")
@@ -55,6 +58,17 @@ func (f *ociFlags) resolver() (*artifact.OCI, error) {
 	cfg := artifact.NewOCIConfig().WithInsecureRegistries(f.insecure...).WithRequestTimeout(f.regTimeout).WithLogger(f.log).WithRegistryCA(f.caFiles...).WithConcurrency(f.parallel).WithFsync(f.fsync)
 	if f.cacheDir != "" {
 		cfg = cfg.WithCacheDir(f.cacheDir)
+	}
+	if len(f.verifyKeys) > 0 {
+		var keys []crypto.PublicKey
+		for _, p := range f.verifyKeys {
+			k, err := artifact.LoadVerifyKey(p)
+			if err != nil {
+				return nil, err
+			}
+			keys = append(keys, k)
+		}
+		cfg = cfg.WithVerifyKeys(keys...)
 	}
 	return artifact.NewOCI(cfg)
 }
@@ -274,6 +288,18 @@ func cmdInspect(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d bytes\n", title, l.MediaType, l.Digest, l.Size)
 	}
 	tw.Flush()
+	if len(art.Referrers) > 0 {
+		fmt.Fprintln(stdout, "referrers:")
+		tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		for _, r := range art.Referrers {
+			at := r.ArtifactType
+			if at == "" {
+				at = r.MediaType
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t(%s)\n", r.Digest, at, r.Via)
+		}
+		tw.Flush()
+	}
 	return exitOK
 }
 

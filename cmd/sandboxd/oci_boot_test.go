@@ -3,7 +3,14 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -316,5 +323,62 @@ func TestProgressOnStderrTerminal(t *testing.T) {
 	}
 	if p := newProgress(openPTY(t), &captured); p.on {
 		t.Fatal("progress drawn into a non-terminal stderr")
+	}
+}
+
+// TestOCIRunVerifyKey: run --verify-key refuses an unsigned artifact and
+// runs it once a cosign key-based signature by that key is pushed (made
+// here, pushed with ORAS under cosign's .sig tag); inspect lists it.
+func TestOCIRunVerifyKey(t *testing.T) {
+	reg := registrytest.Start(t)
+	oras := orasBinary(t)
+	host := reg.Host
+	fixture := filepath.Join("..", "..", "testdata", "wasm", "echo_reactor.wasm")
+	code, stdout, stderr := runCLI(t, "", "push", fixture, host+"/acme/signed:1", "--artifact-version", "1", "--insecure-registry", host, "--artifact-cache-dir", t.TempDir()+"/c")
+	if code != 0 {
+		t.Fatalf("push: %s", stderr)
+	}
+	pinned := strings.TrimSpace(stdout)
+	digest := pinned[strings.Index(pinned, "@")+1:]
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, _ := x509.MarshalPKIXPublicKey(&k.PublicKey)
+	dir := t.TempDir()
+	pub := filepath.Join(dir, "cosign.pub")
+	os.WriteFile(pub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o644)
+
+	manifest := ociManifest(t, pinned, "echo_reactor.wasm", "1", nil)
+	in := writeInput(t, `{"message":"hi"}`)
+	run := func() map[string]any {
+		_, stdout, _ := runCLI(t, "", "run", "--manifest", manifest, "--input", in, "--insecure-registry", host, "--artifact-cache-dir", t.TempDir()+"/c", "--verify-key", pub)
+		return envelope(t, stdout)
+	}
+	if env := run(); env["kind"] != "error" || env["code"] != "artifact-refused" {
+		t.Fatalf("unsigned under --verify-key: %v", env)
+	}
+
+	payload, _ := json.Marshal(map[string]any{"critical": map[string]any{
+		"identity": map[string]string{"docker-reference": host + "/acme/signed"},
+		"image":    map[string]string{"docker-manifest-digest": digest},
+		"type":     "cosign container image signature"}, "optional": nil})
+	sum := sha256.Sum256(payload)
+	sig, _ := ecdsa.SignASN1(rand.Reader, k, sum[:])
+	ann, _ := json.Marshal(map[string]map[string]string{"payload.json": {artifact.AnnotationCosignSignature: base64.StdEncoding.EncodeToString(sig)}})
+	os.WriteFile(filepath.Join(dir, "payload.json"), payload, 0o644)
+	os.WriteFile(filepath.Join(dir, "ann.json"), ann, 0o644)
+	cmd := exec.Command(oras, "push", "--plain-http", host+"/acme/signed:sha256-"+strings.TrimPrefix(digest, "sha256:")+".sig",
+		"payload.json:"+artifact.MediaTypeCosignPayload, "--annotation-file", "ann.json")
+	cmd.Dir, cmd.Env = dir, append(os.Environ(), "DOCKER_CONFIG="+t.TempDir())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("oras push: %v\n%s", err, out)
+	}
+	if env := run(); env["kind"] != "result" {
+		t.Fatalf("signed under --verify-key: %v", env)
+	}
+	code, stdout, _ = runCLI(t, "", "inspect", pinned, "--insecure-registry", host, "--artifact-cache-dir", t.TempDir()+"/c")
+	if code != 0 || !strings.Contains(stdout, "referrers:") || !strings.Contains(stdout, "cosign tag") {
+		t.Fatalf("inspect: exit %d\n%s", code, stdout)
 	}
 }
