@@ -54,6 +54,9 @@ type Error struct {
 
 func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
 
+// ErrorCode returns e's Code as a string (package pack's Coder).
+func (e *Error) ErrorCode() string { return string(e.Code) }
+
 // Is matches e's Code.
 func (e *Error) Is(target error) bool { c, ok := target.(Code); return ok && c == e.Code }
 

@@ -3,11 +3,11 @@ package pack
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
 	"sort"
-	"strings"
 
 	"github.com/sandboxd/sandboxd/artifact"
 	"github.com/sandboxd/sandboxd/toolerr"
@@ -64,9 +64,12 @@ type Index struct {
 	Env             *Env              `json:"env,omitempty"`
 }
 
-// ParseIndex decodes a pack index and validates it against the embedded
-// pack-index schema 1.4.0 (closed at every level; a v other than 1 is
-// refused). Every schema violation is listed in the error.
+// ParseIndex decodes a pack index as a pack service reads it: one JSON
+// object, envelope v 1, no field outside pack-index.schema.json 1.4.0 (at
+// the top level and in tool and guardrail entries), non-empty packId,
+// packVersion and artifactVersion, and a tools array. Entries are checked
+// when they are read (IndexSource.Read); ValidateIndex checks the whole
+// schema.
 func ParseIndex(data []byte) (*Index, error) {
 	var head struct {
 		V *json.RawMessage `json:"v"`
@@ -77,20 +80,27 @@ func ParseIndex(data []byte) (*Index, error) {
 	if head.V == nil || string(*head.V) != "1" {
 		return nil, fmt.Errorf("pack index envelope v must be 1")
 	}
-	lines, err := validateAgainst(indexSchemaURL, data)
-	if err != nil {
-		return nil, fmt.Errorf("the pack index: %w", err)
-	}
-	if lines != nil {
-		return nil, fmt.Errorf("the pack index is not valid against pack-index.schema.json 1.4.0: %s", strings.Join(lines, "; "))
-	}
 	var ix Index
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&ix); err != nil {
-		return nil, fmt.Errorf("the pack index: %v", err)
+		return nil, fmt.Errorf("the pack index is not a valid pack-index document: %v", err)
+	}
+	switch {
+	case ix.PackID == "" || ix.PackVersion == "" || ix.ArtifactVersion == "":
+		return nil, fmt.Errorf("pack index needs non-empty packId, packVersion and artifactVersion")
+	case ix.Tools == nil:
+		return nil, fmt.Errorf("pack index has no tools array")
 	}
 	return &ix, nil
+}
+
+// ValidateIndex validates data against the embedded pack-index schema
+// 1.4.0 (what an indexer must emit: publishedAt a date-time, every list
+// present, env names not KINDGI_*, …) and returns one line per violation,
+// nil when it is valid.
+func ValidateIndex(data []byte) ([]string, error) {
+	return validateAgainst(indexSchemaURL, data)
 }
 
 // IndexSource names the files of a pack index pack.
@@ -102,7 +112,14 @@ type IndexSource struct {
 	ModuleRoot string
 	// BundleMap maps modulePaths to files under ModuleRoot (may be nil).
 	BundleMap BundleMap
+	// Verify, when set, is called with the exact bytes of the index before
+	// they are parsed (a deploy envelope's check, deployenv.Verify): an
+	// error refuses the whole index, its Code (a Coder's) kept.
+	Verify func(index []byte) error
 }
+
+// A Coder is an error with a code (deployenv.Error, toolerr.Error).
+type Coder interface{ ErrorCode() string }
 
 var semver = regexp.MustCompile(`^\d+\.\d+\.\d+$`)
 
@@ -118,6 +135,16 @@ func (s IndexSource) Read() (*Pack, []Problem) {
 	b, err := artifact.ReadRegular(s.Index, MaxFileBytes) // never blocks on a FIFO (F13)
 	if err != nil {
 		return srcProblem("cannot read the pack index: %v", err)
+	}
+	if s.Verify != nil {
+		if err := s.Verify(b); err != nil {
+			p := Problem{Path: s.Index, Message: err.Error()}
+			var c Coder
+			if errors.As(err, &c) {
+				p.Code = toolerr.Code(c.ErrorCode())
+			}
+			return nil, []Problem{p}
+		}
 	}
 	ix, err := ParseIndex(b)
 	if err != nil {

@@ -204,12 +204,12 @@ func TestIndexProblems(t *testing.T) {
 		}, want: "its check cannot be a tool"},
 		{name: "unknown guardrail field", source: true, edit: func(ix map[string]any) {
 			ix["guardrails"].([]any)[1].(map[string]any)["check"] = "x"
-		}, want: "/guardrails/1"},
-		{name: "guardrail without checkModulePath", source: true, edit: func(ix map[string]any) {
+		}, want: `unknown field "check"`},
+		{name: "guardrail without checkModulePath", edit: func(ix map[string]any) {
 			delete(ix["guardrails"].([]any)[1].(map[string]any), "checkModulePath")
-		}, want: "checkModulePath"},
+		}, want: "acme.ledger.no-verdict: modulePath \"\" must be a relative"},
 		{name: "envelope v2", source: true, edit: func(ix map[string]any) { ix["v"] = 2 }, want: "v must be 1"},
-		{name: "publishedAt not a date-time", source: true, edit: func(ix map[string]any) { ix["publishedAt"] = "yesterday" }, want: "/publishedAt"},
+		{name: "no packId", source: true, edit: func(ix map[string]any) { delete(ix, "packId") }, want: "non-empty packId"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, problems := indexPack(t, tc.edit).Read()
@@ -237,5 +237,30 @@ func TestIndexUnreadable(t *testing.T) {
 	_ = os.WriteFile(src.Index, []byte("{"), 0o644)
 	if p, problems := src.Read(); p != nil || len(problems) != 1 {
 		t.Fatalf("%v %v", p, problems)
+	}
+}
+
+func TestValidateIndex(t *testing.T) {
+	src := indexPack(t, nil)
+	b, _ := os.ReadFile(src.Index)
+	if lines, err := pack.ValidateIndex(b); err != nil || lines != nil {
+		t.Fatalf("a valid index: %v %v", lines, err)
+	}
+	src = indexPack(t, func(ix map[string]any) {
+		ix["publishedAt"] = "yesterday"
+		ix["env"] = map[string]any{"required": []string{"KINDGI_TOKEN"}, "optional": []string{}}
+		delete(ix, "flows")
+	})
+	b, _ = os.ReadFile(src.Index)
+	lines, err := pack.ValidateIndex(b)
+	got := strings.Join(lines, "\n")
+	for _, want := range []string{"/publishedAt", "/env/required/0", "missing property 'flows'"} {
+		if err != nil || !strings.Contains(got, want) {
+			t.Errorf("ValidateIndex: %v\n%s\nwant a line with %q", err, got, want)
+		}
+	}
+	// The index still reads: a pack service is lenient where the schema is not.
+	if p, problems := src.Read(); p == nil || len(problems) > 0 {
+		t.Errorf("Read: %v", problems)
 	}
 }

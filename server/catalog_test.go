@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/examples"
 	"github.com/sandboxd/sandboxd/executor"
+	"github.com/sandboxd/sandboxd/pack"
 	"github.com/sandboxd/sandboxd/server"
 )
 
@@ -183,7 +184,7 @@ func TestDirSourceAndReload(t *testing.T) {
 	// A long call on a tool the reload keeps.
 	loop := tool(t, "t.loop", "loop", 16, 600_000, map[string]any{"codeArtifactRef": map[string]any{"kind": "filesystem", "modulePath": "loop.wasm"}})
 	_ = os.WriteFile(filepath.Join(dir, "loop.wasm"), loop.Module, 0o644)
-	_ = os.WriteFile(filepath.Join(dir, "loop.json"), loop.Manifest, 0o644)
+	_ = os.WriteFile(filepath.Join(dir, "loop.tool.json"), loop.Manifest, 0o644)
 	if err := ts.Reload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -194,14 +195,14 @@ func TestDirSourceAndReload(t *testing.T) {
 	}()
 	eventually(t, "the held call", func() bool { return ts.metric(t, "sandboxd_inflight_calls") == "1" })
 	// A broken manifest: the reload fails, the old tools keep serving.
-	_ = os.WriteFile(filepath.Join(dir, "broken.json"), []byte(`{"id":"x"}`), 0o644)
+	_ = os.WriteFile(filepath.Join(dir, "broken.tool.json"), []byte(`{"id":"x"}`), 0o644)
 	if err := ts.Reload(context.Background()); err == nil {
 		t.Fatal("reload with a broken manifest succeeded")
 	}
 	if len(ts.logs.records(t, "reload-failed")) != 1 {
 		t.Error("no reload-failed event")
 	}
-	_ = os.Remove(filepath.Join(dir, "broken.json"))
+	_ = os.Remove(filepath.Join(dir, "broken.tool.json"))
 	if err := ts.Reload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -220,20 +221,75 @@ func TestDirSourceAndReload(t *testing.T) {
 	wantResult(t, ts.invoke(t, invokeBody("acme.echo", `{"message":"after"}`)), "")
 }
 
-// An index with guardrail checks still serves its tools; the checks are
-// announced as unsupported and check-invoke answers check-not-in-pack.
-func TestIndexWithGuardrails(t *testing.T) {
-	index, root := writeIndex(t, []map[string]any{indexTool("acme.echo", "echo.wasm")},
-		map[string]any{"required": []string{}, "optional": []string{}, "guardrails": []any{
-			map[string]any{"id": "g1", "kind": "code", "action": map[string]any{"on-violation": "block"}, "checkModulePath": "g.ts", "checkId": "no-pii"},
-			map[string]any{"id": "g2", "kind": "code", "action": map[string]any{}, "checkModulePath": "g.ts"},
-		}},
-		map[string][]byte{"echo.wasm": examples.EchoWasm})
-	ts := start(t, server.IndexSource{Index: index, ModuleRoot: root}, server.Options{})
-	ev := ts.logs.records(t, "checks-unsupported")
-	if len(ev) != 1 || fmt.Sprint(ev[0]["checks"]) != "[no-pii g2]" {
-		t.Fatalf("checks-unsupported %v", ev)
+// An index with guardrail checks serves them: /v1/info lists their check
+// ids, a check-invoke runs the check module as a tool (config validated
+// against configSchema as sent, the result validated), and an unknown id
+// is check-not-in-pack with checkId.
+func TestIndexChecks(t *testing.T) {
+	checks, err := os.ReadFile("../pack/testdata/checks_reactor.wasm")
+	if err != nil {
+		t.Fatal(err)
 	}
-	wantError(t, ts.invoke(t, `{"v":2,"kind":"check-invoke","check":{"id":"no-pii"},"config":{},"trace":{}}`), "check-not-in-pack")
+	guardrails := []any{
+		map[string]any{"id": "acme.response-not-empty", "kind": "zero-llm", "action": map[string]any{"on-violation": "halt"},
+			"checkModulePath": "guardrails/min-length/index.ts", "checkId": "acme.checks.min-length",
+			"configSchema": map[string]any{"type": "object", "required": []string{"minLength"},
+				"properties": map[string]any{"minLength": map[string]any{"type": "integer"}, "mode": map[string]any{"type": "string", "default": "x"}}},
+			"limits": map[string]any{"memMB": 64, "cpuMs": 2000}},
+		map[string]any{"id": "acme.no-verdict", "kind": "zero-llm", "action": map[string]any{"on-violation": "log-only"}, "checkModulePath": "echo.wasm"},
+	}
+	index, root := writeIndex(t, []map[string]any{indexTool("acme.echo", "echo.wasm")},
+		map[string]any{"required": []string{}, "optional": []string{}, "guardrails": guardrails},
+		map[string][]byte{"echo.wasm": examples.EchoWasm, "checks/all.wasm": checks, "bundle-map.json": []byte(`{"guardrails/min-length/index.ts":"checks/all.wasm"}`)})
+	bm, err := pack.ReadBundleMap(filepath.Join(root, "bundle-map.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := start(t, server.IndexSource{Index: index, ModuleRoot: root, BundleMap: bm}, server.Options{})
+	r, err := do(t, context.Background(), "GET", ts.url+"/v1/info", nil, authJSON())
+	if err != nil {
+		t.Fatal(err)
+	}
+	validate(t, "info", r.body)
+	if !strings.Contains(string(r.body), `"checks":["acme.checks.min-length","acme.no-verdict"]`) {
+		t.Errorf("info %s", r.body)
+	}
+	checkInvoke := func(id, config string) *response {
+		return ts.invoke(t, fmt.Sprintf(`{"v":2,"kind":"check-invoke","check":{"id":%q},"config":%s,"trace":{"runId":"r1","tenantId":"t1","output":"Recorded.","toolCalls":[],"toolResults":[],"modelCalls":[],"mode":"runtime"}}`, id, config))
+	}
+	r = checkInvoke("acme.checks.min-length", `{"minLength":1}`)
+	t.Logf("check-invoke round trip: %d %s", r.status, strings.TrimSpace(string(r.body)))
+	if m := r.msg(t); m["kind"] != "check-result" || fmt.Sprint(m["result"]) != "map[passed:true reason:long enough]" {
+		t.Fatalf("check-result %s", r.body)
+	}
+	if m := checkInvoke("acme.checks.min-length", `{"minLength":50}`).msg(t); fmt.Sprint(m["result"]) != "map[attributes:map[length:9] passed:false reason:output shorter than minLength]" {
+		t.Errorf("a failing check %v", m)
+	}
+	m := wantError(t, checkInvoke("acme.checks.min-length", `{"minLength":"one"}`), "input-validation-failed")
+	if m["checkId"] != "acme.checks.min-length" || m["toolId"] != nil || m["message"] != `Check "acme.checks.min-length" config failed validation at /minLength: must be integer` || m["issues"] == nil {
+		t.Errorf("config refused %v", m)
+	}
+	m = wantError(t, checkInvoke("acme.no-verdict", `{}`), "output-validation-failed")
+	if m["checkId"] != "acme.no-verdict" {
+		t.Errorf("no verdict %v", m)
+	}
+	m = wantError(t, checkInvoke("nope", `{}`), "check-not-in-pack")
+	if m["checkId"] != "nope" || m["message"] != `This pack has no check "nope"` {
+		t.Errorf("unknown check %v", m)
+	}
+	m = wantError(t, checkInvoke("acme.checks.min-length", `{"minLength":1,"mode":"throw"}`), "handler-throw")
+	if calls := ts.logs.records(t, "call"); len(calls) < 6 || calls[0]["target"] != "check" || calls[0]["tenantId"] != "t1" {
+		t.Errorf("call records %v", calls)
+	}
 	wantResult(t, ts.invoke(t, invokeBody("acme.echo", `{"message":"x"}`)), "")
+
+	// Boot fails on a check module that cannot be loaded, as for a tool.
+	guardrails[0].(map[string]any)["checkModulePath"] = "guardrails/gone.ts"
+	index, root = writeIndex(t, []map[string]any{indexTool("acme.echo", "echo.wasm")},
+		map[string]any{"required": []string{}, "optional": []string{}, "guardrails": guardrails}, map[string][]byte{"echo.wasm": examples.EchoWasm})
+	_, err = server.New(context.Background(), newExecutor(t, executor.NewConfig()), server.IndexSource{Index: index, ModuleRoot: root}, server.Options{Token: token})
+	var be *server.BootError
+	if !errors.As(err, &be) || len(be.Problems) != 1 || be.Problems[0].Tool != "acme.checks.min-length" || be.Problems[0].Code != "artifact-unavailable" {
+		t.Fatalf("boot with a missing check module: %v", err)
+	}
 }

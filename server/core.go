@@ -23,9 +23,10 @@ import (
 // outcome is returned at the deadline without waiting for the guest),
 // metrics and the call record. The adapter only renders the Outcome.
 //
-// A guardrail check, when sandboxd runs one, is meant to go through the
-// same path: Admit, then a Ticket method that runs it under the same
-// admission, drain accounting, metrics and record.
+// A guardrail check (Call.Check) goes through the same path: it is a tool
+// of the catalog's check map whose input the core builds from the
+// check-invoke's config and trace (pack.Check.Input: the config validated
+// against its configSchema as sent).
 
 // Refusal says why the core did not run a call. A refused call provably
 // did not run and may be retried (the pack protocol answers 503 with
@@ -83,6 +84,11 @@ type Call struct {
 	// Running, when set, is called with the call id once the call holds
 	// its slots, just before the guest starts (MCP progress).
 	Running func(callID string)
+	// Check makes the call a guardrail check-invoke: Tool is the check id,
+	// Config and Trace replace Input, and an unknown id is
+	// tool-not-in-pack natively (check-not-in-pack on the wire).
+	Check         bool
+	Config, Trace json.RawMessage
 }
 
 // Outcome is what the core answers for a Call. Exactly one of Refused,
@@ -211,11 +217,15 @@ func (t *Ticket) Call(ctx context.Context, c Call) Outcome {
 	timeout := c.Deadline.Sub(c.Start)
 	cat := s.current()
 	defer cat.release()
-	rec := &callRecord{id: c.Tool, target: "tool", start: c.Start, cc: c.Context, traceID: c.TraceID, spanID: c.SpanID}
-	// Metrics series exist only for tools of the serving catalog: any
-	// other id a caller sends is counted under one label.
+	target, entries := "tool", cat.tools
+	if c.Check {
+		target, entries = "check", cat.checks
+	}
+	rec := &callRecord{id: c.Tool, target: target, start: c.Start, cc: c.Context, traceID: c.TraceID, spanID: c.SpanID}
+	// Metrics series exist only for tools and checks of the serving
+	// catalog: any other id a caller sends is counted under one label.
 	mid := UnknownToolLabel
-	e, ok := cat.tools[c.Tool]
+	e, ok := entries[c.Tool]
 	if ok {
 		mid = c.Tool
 	}
@@ -225,9 +235,20 @@ func (t *Ticket) Call(ctx context.Context, c Call) Outcome {
 		s.finish(rec, mid, te, usage)
 		return out
 	}
+	if !ok && c.Check {
+		out.entry = nil
+		return fail(toolerr.New(toolerr.ToolNotInPack, "This pack has no check %q", clip(c.Tool)).WithTool(c.Tool), nil)
+	}
 	if !ok {
 		out.entry = nil
 		return fail(toolerr.New(toolerr.ToolNotInPack, "tool %q is not in pack %s", clip(c.Tool), cat.packID).WithTool(c.Tool), nil)
+	}
+	if c.Check {
+		in, err := e.check.Input(c.Config, c.Trace)
+		if err != nil {
+			return fail(toolerr.As(err).WithTool(c.Tool), nil)
+		}
+		c.Input = in
 	}
 	if c.HasVersion && c.Version != e.version {
 		return fail(toolerr.New(toolerr.ToolVersionMismatch, "tool %s is version %q here, not %q", c.Tool, e.version, clip(c.Version)).WithTool(c.Tool), nil)
@@ -328,7 +349,11 @@ func (t *Ticket) Call(ctx context.Context, c Call) Outcome {
 // is "ok", the wire code of te, or "internal-error"; the record's code is
 // the native code when the wire code differs or te has details.
 func (s *Server) finish(rec *callRecord, mid string, te *toolerr.Error, usage *executor.Usage) {
-	switch code, ok := wireCode(te); {
+	code, ok := wireCode(te)
+	if rec.target == "check" && code == WireToolNotInPack {
+		code = WireCheckNotInPack
+	}
+	switch {
 	case te == nil:
 		rec.outcome = "ok"
 	case ok:

@@ -85,7 +85,7 @@ func TestReloadStaysResponsive(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	writeJSON("echo.json", echo)
+	writeJSON("echo.tool.json", echo)
 	if err := os.WriteFile(filepath.Join(dir, "echo.wasm"), echoTool().Module, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestReloadStaysResponsive(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, name+".wasm"), slowModule(funcs, 4000+k), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		writeJSON(name+".json", map[string]any{"id": "t." + name, "version": "1.0.0", "description": "slow to compile",
+		writeJSON(name+".tool.json", map[string]any{"id": "t." + name, "version": "1.0.0", "description": "slow to compile",
 			"input": map[string]any{}, "output": map[string]any{}, "limits": map[string]any{"memMB": 16, "cpuMs": 1000},
 			"codeArtifactRef": map[string]any{"kind": "filesystem", "modulePath": name + ".wasm"}})
 	}

@@ -186,10 +186,6 @@ func New(ctx context.Context, exec *executor.Executor, src Source, opts Options)
 		return nil, &BootError{Problems: problems}
 	}
 	s.cat = cat
-	if len(cat.unsupportedChecks) > 0 {
-		s.log.Warn("checks-unsupported", "checks", cat.unsupportedChecks,
-			"message", "the index names guardrail checks; sandboxd runs tools only, so check-invoke answers check-not-in-pack")
-	}
 	return s, nil
 }
 
@@ -468,6 +464,7 @@ func (s *Server) handleInfo(w http.ResponseWriter, _ *http.Request) {
 	for _, id := range c.order {
 		in.Tools = append(in.Tools, infoTool{ID: id, Version: c.tools[id].version})
 	}
+	in.Checks = append(in.Checks, c.checkOrder...)
 	writeJSON(w, http.StatusOK, in)
 }
 
@@ -707,9 +704,6 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 	traceID, spanID := ParseTraceparent(r.Header.Get(HeaderTraceparent))
 	inv, werr := parseFrame(body)
 	if werr != nil {
-		if werr.CheckID != "" {
-			s.record(&callRecord{id: werr.CheckID, target: "check", outcome: string(werr.Code), start: start, traceID: traceID, spanID: spanID})
-		}
 		s.answer(w, artifact, start, werr, nil, "")
 		return
 	}
@@ -725,12 +719,15 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		Tool: inv.toolID, Version: inv.toolVersion, HasVersion: inv.hasVersion,
 		Input: inv.input, Context: inv.ctx, Start: start, Deadline: deadline,
 		TraceID: traceID, SpanID: spanID, Release: releaseBody,
+		Check: inv.check, Config: inv.config, Trace: inv.trace,
 	})
 	switch {
 	case o.Refused != "":
 		transportError(w, http.StatusServiceUnavailable, o.Refused.Reason(inv.toolID))
 	case o.Gone:
 		// The caller went away while queued: nobody to answer.
+	case o.Err == nil && inv.check:
+		s.answer(w, o.ArtifactVersion, start, wireCheckResult{V: ProtocolVersion, Kind: "check-result", Result: o.Output}, o.Usage, o.CallID)
 	case o.Err == nil:
 		s.answer(w, o.ArtifactVersion, start, wireResult{V: ProtocolVersion, Kind: "result", Output: o.Output}, o.Usage, o.CallID)
 	default:
@@ -738,6 +735,12 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			s.internal(w, o.ArtifactVersion, o.Err)
 			return
+		}
+		if inv.check { // a check's error names it by checkId
+			we.CheckID, we.ToolID = we.ToolID, ""
+			if we.Code == WireToolNotInPack {
+				we.Code = WireCheckNotInPack
+			}
 		}
 		s.answer(w, o.ArtifactVersion, start, we, o.Usage, o.CallID)
 	}

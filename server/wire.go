@@ -162,17 +162,20 @@ func protoErr(code WireCode, format string, args ...any) wireError {
 	return wireError{V: ProtocolVersion, Kind: "error", Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-// invoke is a parsed, shape-checked toolInvoke.
+// invoke is a parsed, shape-checked toolInvoke, or a checkInvoke (check
+// set, toolID the check id).
 type invoke struct {
 	toolID, toolVersion string
 	hasVersion          bool
 	input               json.RawMessage
 	ctx                 executor.CallContext
+	check               bool
+	config, trace       json.RawMessage
 }
 
 // parseFrame checks a request body against the pack protocol's request
-// shapes. It returns the invoke, or the error message to answer (a check
-// invoke is always answered with an error: sandboxd runs no checks).
+// shapes. It returns the invoke (or check-invoke), or the error message to
+// answer.
 func parseFrame(body []byte) (*invoke, *wireError) {
 	fail := func(code WireCode, format string, args ...any) (*invoke, *wireError) {
 		e := protoErr(code, format, args...)
@@ -283,9 +286,27 @@ func parseCheck(top map[string]json.RawMessage) (*invoke, *wireError) {
 	if _, ok := top["trace"]; !ok {
 		return fail(WireMalformedMessage, "the check-invoke has no \"trace\"")
 	}
-	e := protoErr(WireCheckNotInPack, "check %q is not in this pack: sandboxd serves tools only", clip(id))
-	e.CheckID = id
-	return nil, &e
+	// A check-invoke has no ctx: the call context comes from the trace's
+	// ids when it carries them (RunTrace's tenantId, runId, projectId, orgId).
+	inv := &invoke{toolID: id, check: true, config: top["config"], trace: top["trace"]}
+	var ids struct {
+		TenantID  any `json:"tenantId"`
+		RunID     any `json:"runId"`
+		ProjectID any `json:"projectId"`
+		OrgID     any `json:"orgId"`
+	}
+	if json.Unmarshal(top["trace"], &ids) == nil {
+		str := func(v any) string { s, _ := v.(string); return s }
+		inv.ctx = executor.CallContext{TenantID: str(ids.TenantID), RunID: str(ids.RunID), ProjectID: str(ids.ProjectID), OrgID: str(ids.OrgID)}
+	}
+	return inv, nil
+}
+
+// wireCheckResult is the pack protocol's checkResult.
+type wireCheckResult struct {
+	V      int             `json:"v"`
+	Kind   string          `json:"kind"`
+	Result json.RawMessage `json:"result"`
 }
 
 // parseCallContext decodes ctx: tenantId and runId are required strings,

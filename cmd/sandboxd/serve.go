@@ -17,9 +17,11 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/artifact"
+	"github.com/sandboxd/sandboxd/deployenv"
 	"github.com/sandboxd/sandboxd/events"
 	"github.com/sandboxd/sandboxd/executor"
 	"github.com/sandboxd/sandboxd/mcp"
+	"github.com/sandboxd/sandboxd/pack"
 	"github.com/sandboxd/sandboxd/server"
 )
 
@@ -35,6 +37,7 @@ const tokenEnv = "KINDGI_PACK_SERVICE_TOKEN"
 // OCI and egress flags.
 type serviceFlags struct {
 	index, moduleRoot, toolsDir, eventsDest, envCheck *string
+	bundleMap, envelope, trustedKeys                  *string
 	packID, packVersion, artifactVer                  *string
 	dev, recycle                                      *bool
 	maxConc, queue, perTool, poolSize                 *int
@@ -48,7 +51,10 @@ type serviceFlags struct {
 func (f *serviceFlags) register(fs *flag.FlagSet) {
 	f.index = fs.String("index", "", "Kindgi pack index (index.json); modules resolve under --module-root")
 	f.moduleRoot = fs.String("module-root", "", "directory the index's modulePaths are relative to (default: the index's directory)")
-	f.toolsDir = fs.String("tools", "", "directory of tool manifests (*.json and */tool.json)")
+	f.bundleMap = fs.String("bundle-map", "", "JSON file mapping the index's source modulePaths to files under --module-root (FILE or FILE#export; Kindgi's dist/bundle-map.json)")
+	f.envelope = fs.String("envelope", "", "refuse to boot (or reload) unless this kindgi-deploy-envelope/v1 verifies against --index and --trusted-keys")
+	f.trustedKeys = fs.String("trusted-keys", "", "JSON file of trusted signing keys for --envelope: {\"keys\":[{\"keyId\",\"publicKey\"}]}")
+	f.toolsDir = fs.String("tools", "", "pack directory: a Kindgi pack.json's tools and guardrails, else tool.json, *.tool.json and */tool.json")
 	f.dev = fs.Bool("dev", false, "allow filesystem codeArtifactRefs (local development only)")
 	f.eventsDest = fs.String("events", "", "write tool-call lifecycle events as JSON lines to this file, or - for stderr (as run), beside the process events")
 	f.maxConc = fs.Int("max-concurrency", 0, "calls running at once (default $KINDGI_PACK_SERVICE_MAX_CONCURRENCY, else 16)")
@@ -76,6 +82,15 @@ func (f *serviceFlags) check(bad func(format string, a ...any)) int {
 	}
 	if *f.moduleRoot != "" && *f.index == "" {
 		bad("--module-root goes with --index")
+	}
+	if *f.bundleMap != "" && *f.index == "" {
+		bad("--bundle-map goes with --index")
+	}
+	if *f.envelope != "" && (*f.index == "" || *f.trustedKeys == "") {
+		bad("--envelope needs --index and --trusted-keys")
+	}
+	if *f.trustedKeys != "" && *f.envelope == "" {
+		bad("--trusted-keys goes with --envelope")
 	}
 	if *f.envCheck != "strict" && *f.envCheck != "warn" {
 		bad("--env-check must be strict or warn, not %q", *f.envCheck)
@@ -177,7 +192,18 @@ func (f *serviceFlags) boot(ctx context.Context, plog *slog.Logger, token string
 		if root == "" {
 			root = filepath.Dir(*f.index)
 		}
-		src = server.IndexSource{Index: *f.index, ModuleRoot: root}
+		is := server.IndexSource{Index: *f.index, ModuleRoot: root}
+		if *f.bundleMap != "" {
+			if is.BundleMap, err = pack.ReadBundleMap(*f.bundleMap); err != nil {
+				return fail("config-invalid", []string{"--bundle-map: " + err.Error()})
+			}
+		}
+		if *f.envelope != "" {
+			if is.Verify, err = envelopeVerifier(ctx, *f.envelope, *f.trustedKeys, oci); err != nil {
+				return fail("config-invalid", []string{err.Error()})
+			}
+		}
+		src = is
 	} else {
 		src = server.DirSource{Dir: *f.toolsDir, PackID: *f.packID, PackVersion: *f.packVersion, ArtifactVersion: *f.artifactVer}
 	}
@@ -327,4 +353,29 @@ func closeWithin(d time.Duration, close func()) {
 	case <-done:
 	case <-time.After(d):
 	}
+}
+
+// envelopeVerifier reads a deploy envelope and the trusted keys and
+// returns the check every load of the index must pass: the envelope's
+// signature, signer and fields (deployenv.Verify) against the index's
+// exact bytes, the image digest asked of the registry for its imageRef.
+func envelopeVerifier(ctx context.Context, envelopeFile, keysFile string, oci *artifact.OCI) (func([]byte) error, error) {
+	env, err := deployenv.ReadFile(envelopeFile)
+	if err != nil {
+		return nil, fmt.Errorf("--envelope: %w", err)
+	}
+	keys, err := deployenv.ReadTrustedKeys(keysFile)
+	if err != nil {
+		return nil, fmt.Errorf("--trusted-keys: %w", err)
+	}
+	digest := func(ctx context.Context, ref string) (string, error) {
+		art, err := oci.Inspect(ctx, ref)
+		if err != nil {
+			return "", err
+		}
+		return art.Digest, nil
+	}
+	return func(index []byte) error {
+		return deployenv.Verify(ctx, env, deployenv.Options{Trusted: keys, Index: index, ImageDigest: digest})
+	}, nil
 }

@@ -152,7 +152,7 @@ func TestServeBinarySignals(t *testing.T) {
 	_ = os.WriteFile(filepath.Join(tools, "echo", "handler.wasm"), examples.EchoWasm, 0o644)
 	loop := writeManifest(t, "loop", map[string]any{"id": "t.loop", "limits": map[string]any{"memMB": 16, "cpuMs": 300000}})
 	b, _ := os.ReadFile(loop)
-	_ = os.WriteFile(filepath.Join(tools, "loop.json"), b, 0o644)
+	_ = os.WriteFile(filepath.Join(tools, "loop.tool.json"), b, 0o644)
 	eventsFile := filepath.Join(t.TempDir(), "events.jsonl")
 
 	cmd := exec.Command(bin, "serve", "--tools", tools, "--dev", "--cache-dir", cacheDir(t), "--events", eventsFile)
@@ -242,7 +242,7 @@ func TestServeBinarySignals(t *testing.T) {
 	// SIGHUP: a new manifest appears in /v1/info.
 	counter := writeManifest(t, "counter", map[string]any{"id": "t.counter"})
 	b, _ = os.ReadFile(counter)
-	_ = os.WriteFile(filepath.Join(tools, "counter.json"), b, 0o644)
+	_ = os.WriteFile(filepath.Join(tools, "counter.tool.json"), b, 0o644)
 	_ = cmd.Process.Signal(syscall.SIGHUP)
 	if ev := waitFor("reloaded"); ev["tools"] != 3.0 {
 		t.Fatalf("reloaded %v", ev)
@@ -355,7 +355,7 @@ func TestServeDrainBound(t *testing.T) {
 	tools := t.TempDir()
 	loop := writeManifest(t, "loop", map[string]any{"id": "t.loop", "limits": map[string]any{"memMB": 16, "cpuMs": 300000}})
 	b, _ := os.ReadFile(loop)
-	_ = os.WriteFile(filepath.Join(tools, "loop.json"), b, 0o644)
+	_ = os.WriteFile(filepath.Join(tools, "loop.tool.json"), b, 0o644)
 	const drain = 500 * time.Millisecond
 	for _, tc := range []struct {
 		name          string
