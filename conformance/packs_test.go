@@ -120,6 +120,15 @@ func TestIndexPackRefused(t *testing.T) {
 	if got := failures(rep); got != "pack index invalid-tool-definition" {
 		t.Fatalf("failures %q", got)
 	}
+	// An index a pack service reads but that breaks the schema: the index
+	// check fails, its entries are still checked.
+	_, opts2 := indexPack(t)
+	b, _ := os.ReadFile(opts2.Index)
+	_ = os.WriteFile(opts2.Index, []byte(strings.Replace(string(b), `"publishedAt": "2026-12-01T00:00:00.000Z"`, `"publishedAt": "today"`, 1)), 0o644)
+	rep = run(t, "", opts2)
+	if got := failures(rep); !strings.Contains(got, "pack index invalid-tool-definition") || !strings.Contains(got, "acme.no-verdict probe output-schema") {
+		t.Fatalf("failures %q", got)
+	}
 	// Usage problems are infrastructure errors.
 	for name, o := range map[string]Options{
 		"no module root":         {Index: opts.Index},

@@ -188,8 +188,15 @@ func Run(ctx context.Context, source string, opts Options) (*Report, error) {
 		}
 		lp = fromPack(p, problems, r.dir)
 		lp.index, _ = os.ReadFile(opts.Index)
-		if len(p.Tools)+len(p.Checks)+len(problems) == 0 {
-			r.rep.add("pack", "index", StatusPass, "", "the index declares no tools and no guardrail checks")
+		// A pack service reads the index leniently; an indexer must emit
+		// what the schema says.
+		switch lines, err := pack.ValidateIndex(lp.index); {
+		case err != nil:
+			r.rep.add("pack", "index", StatusFail, string(toolerr.InvalidToolDefinition), "%v", err)
+		case lines != nil:
+			r.rep.add("pack", "index", StatusFail, string(toolerr.InvalidToolDefinition), "not valid against pack-index.schema.json 1.4.0: %s", strings.Join(lines, "; "))
+		default:
+			r.rep.add("pack", "index", StatusPass, "", "valid against pack-index.schema.json 1.4.0: %d tool(s), %d guardrail check(s)", len(p.Tools), len(p.Checks))
 		}
 	} else {
 		st, err := os.Stat(source)
