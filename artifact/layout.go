@@ -202,8 +202,11 @@ func writeLayout(dir, tag string, blobs map[string][]byte, manifest []byte, mani
 	return atomicWrite(filepath.Join(dir, "index.json"), append(b, '\n'))
 }
 
-// atomicWrite writes b to p through a temporary file, fsync and rename.
-func atomicWrite(p string, b []byte) error {
+// atomicWrite writes b to p (mode 0644) through a temporary file, fsync and rename.
+func atomicWrite(p string, b []byte) error { return atomicWriteMode(p, b, 0o644) }
+
+// atomicWriteMode is atomicWrite with the file's mode.
+func atomicWriteMode(p string, b []byte, mode os.FileMode) error {
 	tmp, err := os.CreateTemp(filepath.Dir(p), ".tmp-"+filepath.Base(p)+".*")
 	if err != nil {
 		return toolerr.Wrap(toolerr.ArtifactUnavailable, err, "cannot write "+p)
@@ -216,7 +219,7 @@ func atomicWrite(p string, b []byte) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Chmod(tmp.Name(), 0o644)
+		err = os.Chmod(tmp.Name(), mode)
 	}
 	if err == nil {
 		err = os.Rename(tmp.Name(), p)
