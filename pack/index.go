@@ -8,6 +8,7 @@ import (
 	"os"
 	"regexp"
 	"sort"
+	"strings"
 
 	"github.com/sandboxd/sandboxd/artifact"
 	"github.com/sandboxd/sandboxd/toolerr"
@@ -142,6 +143,7 @@ func (s IndexSource) Read() (*Pack, []Problem) {
 			var c Coder
 			if errors.As(err, &c) {
 				p.Code = toolerr.Code(c.ErrorCode())
+				p.Message = strings.TrimPrefix(p.Message, c.ErrorCode()+": ")
 			}
 			return nil, []Problem{p}
 		}
