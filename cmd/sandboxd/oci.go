@@ -23,6 +23,10 @@ func init() {
 	commands["push"] = command{"push .wasm modules to a registry or oci-layout dir as a Wasm OCI artifact", cmdPush}
 	commands["pull"] = command{"pull an OCI artifact into the local cache and print its digest ref", cmdPull}
 	commands["inspect"] = command{"describe an OCI artifact: media types, modules, version, sizes", cmdInspect}
+	commands["tag"] = command{"point more tags at an OCI artifact's manifest", cmdTag}
+	commands["copy"] = command{"copy an OCI artifact to another registry repository", cmdCopy}
+	commands["login"] = command{"check registry credentials and store them in the docker config", cmdLogin}
+	commands["logout"] = command{"remove a registry's credentials from the docker config", cmdLogout}
 }
 
 // ociFlags are the artifact-source flags shared by run, push, pull and inspect.
@@ -164,6 +168,9 @@ func cmdPush(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 		if !ok {
 			title = baseName(file)
 		}
+		if err := artifact.CheckTitle(title); err != nil {
+			return c.usage("%s: %v", spec, toolerr.As(err).Message)
+		}
 		b, err := readModule(file)
 		if err != nil {
 			return c.usage("%v", err)
@@ -197,7 +204,9 @@ func cmdPull(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	c := newOCICommand("pull", "Usage: sandboxd pull REF [flags]\n\n"+
 		"Fetches the artifact's manifest, config and layers into the local cache,\n"+
 		"each verified against its digest, and prints the digest-pinned reference.\n"+
-		"A pulled digest-pinned reference then resolves with the registry down.", stderr)
+		"A pulled digest-pinned reference then resolves with the registry down.\n"+
+		"With -o DIR the artifact's modules are also written to DIR under their titles.", stderr)
+	outDir := c.fs.String("o", "", "also write the modules to this directory, each under its title")
 	pos, code, ok := c.parse(args)
 	if !ok {
 		return code
@@ -218,7 +227,134 @@ func cmdPull(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	if err != nil {
 		return c.fail(err)
 	}
+	if *outDir != "" {
+		_, mods, err := oci.Export(ctx, art.Ref, *outDir)
+		if err != nil {
+			return c.fail(err)
+		}
+		for _, m := range mods {
+			fmt.Fprintf(stderr, "wrote %s (%s)\n", m.Path, humanBytes(m.Size))
+		}
+	}
 	fmt.Fprintln(stdout, art.Ref)
+	return exitOK
+}
+
+func cmdTag(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	c := newOCICommand("tag", "Usage: sandboxd tag REF TAG... [flags]\n\n"+
+		"Points each TAG of REF's repository at the manifest REF names and prints\n"+
+		"the digest-pinned reference.", stderr)
+	pos, code, ok := c.parse(args)
+	if !ok {
+		return code
+	}
+	if len(pos) < 2 {
+		return c.usage("want a reference and one or more tags")
+	}
+	oci, err := c.flags.resolver()
+	if err != nil {
+		return c.usage("%v", err)
+	}
+	defer oci.Close()
+	ctx, cancel := context.WithTimeout(ctx, c.flags.timeout)
+	defer cancel()
+	d, err := oci.Tag(ctx, pos[0], pos[1:]...)
+	if err != nil {
+		return c.fail(err)
+	}
+	repo := pos[0]
+	if i := strings.LastIndexAny(repo, "@"); i >= 0 {
+		repo = repo[:i]
+	}
+	if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
+		repo = repo[:i]
+	}
+	fmt.Fprintln(stdout, repo+"@"+d)
+	return exitOK
+}
+
+func cmdCopy(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	c := newOCICommand("copy", "Usage: sandboxd copy SRC DST [flags]\n\n"+
+		"Copies the artifact SRC names (its manifest, config and layers, each\n"+
+		"verified) to the registry tag DST and prints DST's digest-pinned reference.", stderr)
+	pos, code, ok := c.parse(args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 2 {
+		return c.usage("want a source and a destination reference")
+	}
+	oci, err := c.flags.resolver()
+	if err != nil {
+		return c.usage("%v", err)
+	}
+	defer oci.Close()
+	ctx, cancel := context.WithTimeout(ctx, c.flags.timeout)
+	defer cancel()
+	art, err := oci.Copy(ctx, pos[0], pos[1])
+	if err != nil {
+		return c.fail(err)
+	}
+	fmt.Fprintln(stdout, art.Ref)
+	return exitOK
+}
+
+func cmdLogin(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	c := newOCICommand("login", "Usage: sandboxd login REGISTRY -u USER --password-stdin [flags]\n\n"+
+		"Checks the credentials against REGISTRY and stores them in the docker config\n"+
+		"($DOCKER_CONFIG/config.json or ~/.docker/config.json, mode 0600), where\n"+
+		"sandboxd, docker, crane and oras read them. The password is read from stdin.", stderr)
+	user := c.fs.String("u", "", "user name")
+	fromStdin := c.fs.Bool("password-stdin", false, "read the password from stdin (required: never on the command line)")
+	pos, code, ok := c.parse(args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 1 || *user == "" || !*fromStdin {
+		return c.usage("want REGISTRY -u USER --password-stdin")
+	}
+	b, err := io.ReadAll(io.LimitReader(stdin, 64<<10))
+	if err != nil {
+		return c.usage("reading the password: %v", err)
+	}
+	password := strings.TrimRight(string(b), "\r\n")
+	if password == "" {
+		return c.usage("an empty password on stdin")
+	}
+	oci, err := c.flags.resolver()
+	if err != nil {
+		return c.usage("%v", err)
+	}
+	defer oci.Close()
+	ctx, cancel := context.WithTimeout(ctx, c.flags.timeout)
+	defer cancel()
+	p, err := oci.Login(ctx, pos[0], *user, password)
+	if err != nil {
+		return c.fail(err)
+	}
+	fmt.Fprintf(stdout, "Login succeeded: credentials for %s stored in %s\n", pos[0], p)
+	return exitOK
+}
+
+func cmdLogout(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	c := newOCICommand("logout", "Usage: sandboxd logout REGISTRY\n\n"+
+		"Removes REGISTRY's credentials from the docker config.", stderr)
+	pos, code, ok := c.parse(args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 1 {
+		return c.usage("want one registry")
+	}
+	p, had, err := artifact.Logout(pos[0])
+	if err != nil {
+		return c.fail(err)
+	}
+	if !had {
+		fmt.Fprintf(stdout, "%s had no credentials in %s\n", pos[0], p)
+		return exitOK
+	}
+	fmt.Fprintf(stdout, "Removed the credentials for %s from %s\n", pos[0], p)
 	return exitOK
 }
 

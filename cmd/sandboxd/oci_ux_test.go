@@ -1,0 +1,65 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sandboxd/sandboxd/internal/registrytest"
+)
+
+// TestOCIUXCommands: push refuses unsafe titles; tag, copy, pull -o,
+// login and logout against docker-registry (htpasswd).
+func TestOCIUXCommands(t *testing.T) {
+	reg := registrytest.StartWith(t, registrytest.Options{Htpasswd: registrytest.WriteHtpasswd(t)})
+	host := reg.Host
+	cfgDir := t.TempDir()
+	t.Setenv("DOCKER_CONFIG", cfgDir)
+	fixture := filepath.Join("..", "..", "testdata", "wasm", "echo_reactor.wasm")
+	flags := []string{"--insecure-registry", host, "--artifact-cache-dir", t.TempDir() + "/c"}
+	cli := func(stdin string, args ...string) (int, string, string) {
+		return runCLI(t, stdin, append(args, flags...)...)
+	}
+	for _, spec := range []string{fixture + "=../evil.wasm", fixture + "=/etc/abs.wasm"} {
+		if code, _, stderr := cli("", "push", spec, host+"/ux/x:1", "--artifact-version", "1"); code != 2 {
+			t.Fatalf("push %s: exit %d (%s)", spec, code, stderr)
+		}
+	}
+	if code, _, stderr := cli("", "push", fixture, host+"/ux/x:1", "--artifact-version", "1"); code != 1 || !strings.Contains(stderr, "none were found") {
+		t.Fatalf("push without credentials: exit %d: %s", code, stderr)
+	}
+	if code, _, stderr := cli("wrong\n", "login", host, "-u", registrytest.HtpasswdUser, "--password-stdin"); code != 1 || !strings.Contains(stderr, "rejected") {
+		t.Fatalf("login, wrong password: exit %d: %s", code, stderr)
+	}
+	if code, stdout, stderr := cli(registrytest.HtpasswdPassword+"\n", "login", host, "-u", registrytest.HtpasswdUser, "--password-stdin"); code != 0 || !strings.Contains(stdout, filepath.Join(cfgDir, "config.json")) {
+		t.Fatalf("login: exit %d: %s %s", code, stdout, stderr)
+	}
+	code, stdout, stderr := cli("", "push", fixture+"=handlers/echo.wasm", host+"/ux/x:1", "--artifact-version", "1")
+	if code != 0 {
+		t.Fatalf("push after login: %s", stderr)
+	}
+	pinned := strings.TrimSpace(stdout)
+	if code, stdout, stderr := cli("", "tag", host+"/ux/x:1", "stable", "v1"); code != 0 || strings.TrimSpace(stdout) != pinned {
+		t.Fatalf("tag: exit %d %q %s", code, stdout, stderr)
+	}
+	code, stdout, stderr = cli("", "copy", host+"/ux/x:stable", host+"/ux/y:1")
+	if code != 0 || !strings.HasPrefix(strings.TrimSpace(stdout), host+"/ux/y@sha256:") {
+		t.Fatalf("copy: exit %d %q %s", code, stdout, stderr)
+	}
+	out := t.TempDir()
+	if code, _, stderr := cli("", "pull", host+"/ux/y:1", "-o", out); code != 0 {
+		t.Fatalf("pull -o: %s", stderr)
+	}
+	want, _ := os.ReadFile(fixture)
+	if b, err := os.ReadFile(filepath.Join(out, "handlers", "echo.wasm")); err != nil || !bytes.Equal(b, want) {
+		t.Fatalf("pull -o wrote: %v", err)
+	}
+	if code, stdout, _ := cli("", "logout", host); code != 0 || !strings.Contains(stdout, "Removed") {
+		t.Fatalf("logout: %d %s", code, stdout)
+	}
+	if code, _, _ := cli("", "pull", host+"/ux/y:1"); code != 1 {
+		t.Fatalf("pull after logout: exit %d", code)
+	}
+}
