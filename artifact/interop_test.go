@@ -219,6 +219,22 @@ func TestInteropLayouts(t *testing.T) {
 		}
 	})
 
+	t.Run("crane index", func(t *testing.T) {
+		// crane index append copies each config's platform into the index:
+		// wasm/wasip2 first, then wasm/wasip1.
+		p1 := digestOf(t, oras.run("push", "--image-spec", "v1.0", "--config", "p1.json:"+artifact.MediaTypeWasmConfig, host+"/cidx/m:p1", "echo.wasm:application/wasm"))
+		oras.run("push", "--image-spec", "v1.0", "--config", "p2.json:"+artifact.MediaTypeWasmConfig, host+"/cidx/m:p2", "counter.wasm:application/wasm")
+		crane.run("index", "append", "-m", host+"/cidx/m:p2", "-m", host+"/cidx/m:p1", "-t", host+"/cidx/m:both")
+		if idx := crane.run("manifest", host+"/cidx/m:both"); !strings.Contains(idx, `"os":"wasip2"`) {
+			t.Fatalf("crane wrote another index than this test is about: %s", idx)
+		}
+		insp, err := o.Inspect(ctxT(t), host+"/cidx/m:both")
+		if err != nil || insp.Digest != p1 {
+			t.Fatalf("inspect: %+v %v (want the wasip1 entry %s)", insp, err, p1)
+		}
+		mustResolve(t, host+"/cidx/m:both", "echo.wasm", "", echo)
+	})
+
 	t.Run("zstd image layer", func(t *testing.T) {
 		var tb bytes.Buffer
 		tw := tar.NewWriter(&tb)
