@@ -2,10 +2,14 @@
 // behavioural checks that prove a pack's tools conform before they ship, and
 // the reports (human summary, JUnit XML, JSON) a CI pipeline reads.
 //
-// A pack is a directory of tool manifests (*.tool.json and */tool.json)
-// with case files (*.cases.json, see docs/conformance.md), or an OCI
+// A pack is a directory read by package pack's rule (a Kindgi pack.json's
+// tools and guardrails, else tool.json, *.tool.json and */tool.json) with
+// case files (*.cases.json, see docs/conformance.md), a Kindgi pack index
+// (Options.Index, Options.ModuleRoot, Options.BundleMap), or an OCI
 // artifact (oci://REF) checked against manifests and case files in a
-// separate directory. Run checks every tool in a fixed order:
+// separate directory. Guardrail checks are checked as the tools they run
+// as, with a "config" check after "schemas" and config probes. Run checks
+// every tool in a fixed order:
 //
 //	manifest        the manifest is valid against the Kindgi tool schema
 //	schemas         its input and output schemas compile
