@@ -229,7 +229,7 @@ func TestInteropLayouts(t *testing.T) {
 			t.Fatalf("crane wrote another index than this test is about: %s", idx)
 		}
 		insp, err := o.Inspect(ctxT(t), host+"/cidx/m:both")
-		if err != nil || insp.Digest != p1 {
+		if err != nil || insp.Digest != p1 || len(insp.IndexManifests) != 2 || !insp.IndexManifests[1].Chosen || insp.IndexManifests[0].Platform != "wasm/wasip2" {
 			t.Fatalf("inspect: %+v %v (want the wasip1 entry %s)", insp, err, p1)
 		}
 		mustResolve(t, host+"/cidx/m:both", "echo.wasm", "", echo)

@@ -364,11 +364,25 @@ type Artifact struct {
 	Size int64 `json:"size"`
 	// Index is the digest of the image index the manifest was chosen from.
 	Index string `json:"index,omitempty"`
+	// IndexManifests lists the index's entries when the manifest was
+	// chosen from one.
+	IndexManifests []IndexEntry `json:"indexManifests,omitempty"`
 	// Layers lists the layers in order.
 	Layers []Layer `json:"layers"`
 	// Referrers lists the signatures and other manifests that refer to the
 	// artifact or its index (Inspect only).
 	Referrers []Referrer `json:"referrers,omitempty"`
+}
+
+// IndexEntry is one manifest an image index lists.
+type IndexEntry struct {
+	Digest       string `json:"digest"`
+	MediaType    string `json:"mediaType"`
+	ArtifactType string `json:"artifactType,omitempty"`
+	// Platform is "architecture/os" from the descriptor ("" when it has none).
+	Platform string `json:"platform,omitempty"`
+	// Chosen marks the entry sandboxd resolves.
+	Chosen bool `json:"chosen,omitempty"`
 }
 
 // Layer is one layer of an Artifact.
@@ -427,10 +441,18 @@ func (o *OCI) open(ctx context.Context, r *imageRef) (*opened, error) {
 	}
 	var indexDigest string
 	var indexAnn map[string]string
+	var entries []IndexEntry
 	if isIndex(doc.MediaType) {
 		child, err := o.pickManifest(ctx, src, &doc, r)
 		if err != nil {
 			return nil, err
+		}
+		for _, m := range doc.Manifests {
+			e := IndexEntry{Digest: m.Digest, MediaType: m.MediaType, ArtifactType: m.ArtifactType, Chosen: m.Digest == child.Digest}
+			if m.Platform != nil {
+				e.Platform = m.Platform.Architecture + "/" + m.Platform.OS
+			}
+			entries = append(entries, e)
 		}
 		indexDigest, indexAnn = d, doc.Annotations
 		d = child.Digest
@@ -454,6 +476,7 @@ func (o *OCI) open(ctx context.Context, r *imageRef) (*opened, error) {
 		ArtifactType:    doc.ArtifactType,
 		ConfigMediaType: doc.Config.MediaType,
 		Index:           indexDigest,
+		IndexManifests:  entries,
 		Size:            int64(len(raw)) + doc.Config.Size,
 	}
 	switch {

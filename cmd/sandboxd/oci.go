@@ -424,6 +424,21 @@ func cmdInspect(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d bytes\n", title, l.MediaType, l.Digest, l.Size)
 	}
 	tw.Flush()
+	if len(art.IndexManifests) > 0 {
+		fmt.Fprintln(stdout, "index manifests:")
+		tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		for _, e := range art.IndexManifests {
+			mark, plat := " ", e.Platform
+			if e.Chosen {
+				mark = "*"
+			}
+			if plat == "" {
+				plat = "(no platform)"
+			}
+			fmt.Fprintf(tw, "%s %s\t%s\t%s\n", mark, e.Digest, plat, e.ArtifactType)
+		}
+		tw.Flush()
+	}
 	if len(art.Referrers) > 0 {
 		fmt.Fprintln(stdout, "referrers:")
 		tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
