@@ -1135,8 +1135,15 @@ type Progress struct {
 type CallOption func(*callOptions)
 
 type callOptions struct {
-	progress func(Progress)
-	created  time.Time
+	progress    func(Progress)
+	created     time.Time
+	annotations map[string]string
+}
+
+// WithAnnotations adds annotations to the manifest a Push writes (beside
+// org.opencontainers.image.version, which they may not contradict).
+func WithAnnotations(a map[string]string) CallOption {
+	return func(o *callOptions) { o.annotations = a }
 }
 
 // WithCreated sets the created time a Push writes in the artifact's config

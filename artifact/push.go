@@ -41,7 +41,7 @@ var DefaultCreated = time.Unix(0, 0).UTC()
 // DefaultCreated. The bytes depend only on the inputs, so pushing the same
 // modules twice gives one digest.
 func BuildArtifact(version string, modules []PushModule) (blobs map[string][]byte, manifest []byte, err error) {
-	return buildArtifact(version, DefaultCreated, modules)
+	return buildArtifact(version, DefaultCreated, nil, modules)
 }
 
 // CheckTitle refuses a module title that is not a safe relative path
@@ -66,7 +66,7 @@ func CheckTitle(title string) error {
 	return nil
 }
 
-func buildArtifact(version string, created time.Time, modules []PushModule) (blobs map[string][]byte, manifest []byte, err error) {
+func buildArtifact(version string, created time.Time, annotations map[string]string, modules []PushModule) (blobs map[string][]byte, manifest []byte, err error) {
 	if version == "" {
 		return nil, nil, toolerr.New(toolerr.ArtifactRefused, "an artifact needs a version (org.opencontainers.image.version)")
 	}
@@ -79,6 +79,12 @@ func buildArtifact(version string, created time.Time, modules []PushModule) (blo
 		SchemaVersion: 2,
 		MediaType:     mediaTypeOCIManifest,
 		Annotations:   map[string]string{AnnotationVersion: version},
+	}
+	for k, v := range annotations {
+		if k == AnnotationVersion && v != version {
+			return nil, nil, toolerr.New(toolerr.ArtifactRefused, "annotation %s=%s contradicts the artifact version %s", k, v, version)
+		}
+		doc.Annotations[k] = v
 	}
 	var cfg wasmConfig
 	cfg.Created = created.UTC().Format(time.RFC3339)
@@ -144,7 +150,7 @@ func (o *OCI) Push(ctx context.Context, imageRef, version string, modules []Push
 	if !co.created.IsZero() {
 		created = co.created
 	}
-	blobs, manifest, err := buildArtifact(version, created, modules)
+	blobs, manifest, err := buildArtifact(version, created, co.annotations, modules)
 	if err != nil {
 		return nil, err
 	}

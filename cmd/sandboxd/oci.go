@@ -148,9 +148,12 @@ func cmdPush(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 		"Builds a CNCF Wasm OCI artifact (config "+artifact.MediaTypeWasmConfig+", one\n"+
 		artifact.MediaTypeWasmLayer+" layer per module, titled TITLE or the file's base name;\n"+
 		"codeArtifactRef.modulePath names a module by its title), pushes it to REF\n"+
-		"(registry/repo:tag, or oci-layout:DIR[:tag] for an OCI image layout directory)\n"+
+		"(registry/repo:tag, registry/repo:tag1,tag2 for several tags, or\n"+
+		"oci-layout:DIR[:tag] for an OCI image layout directory)\n"+
 		"and prints the digest-pinned reference.", stderr)
 	version := c.fs.String("artifact-version", "", "the artifact's version (org.opencontainers.image.version); required")
+	var annotations stringList
+	c.fs.Var(&annotations, "annotation", "KEY=VALUE manifest annotation (repeatable)")
 	pos, code, ok := c.parse(args)
 	if !ok {
 		return code
@@ -186,6 +189,23 @@ func cmdPush(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	defer cancel()
 	prog := newProgress(stdout, stderr)
 	pushOpts := []artifact.CallOption{artifact.WithProgress(prog.update)}
+	if len(annotations) > 0 {
+		ann := map[string]string{}
+		for _, a := range annotations {
+			k, v, ok := strings.Cut(a, "=")
+			if !ok || k == "" {
+				return c.usage("--annotation %q: want KEY=VALUE", a)
+			}
+			ann[k] = v
+		}
+		pushOpts = append(pushOpts, artifact.WithAnnotations(ann))
+	}
+	// registry/repo:t1,t2 pushes to t1 and tags t2 too (as oras push does).
+	var moreTags []string
+	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") && strings.Contains(ref[i:], ",") && !strings.HasPrefix(ref, artifact.LayoutPrefix) {
+		tags := strings.Split(ref[i+1:], ",")
+		ref, moreTags = ref[:i+1]+tags[0], tags[1:]
+	}
 	if created, ok, err := sourceDateEpoch(); err != nil {
 		return c.usage("%v", err)
 	} else if ok {
@@ -195,6 +215,11 @@ func cmdPush(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	prog.finish()
 	if err != nil {
 		return c.fail(err)
+	}
+	if len(moreTags) > 0 {
+		if _, err := oci.Tag(ctx, art.Ref, moreTags...); err != nil {
+			return c.fail(err)
+		}
 	}
 	fmt.Fprintln(stdout, art.Ref)
 	return exitOK

@@ -56,6 +56,17 @@ func TestOCIUXCommands(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(out, "handlers", "echo.wasm")); err != nil || !bytes.Equal(b, want) {
 		t.Fatalf("pull -o wrote: %v", err)
 	}
+	code, stdout, stderr = cli("", "push", fixture, host+"/ux/m:a,b", "--artifact-version", "3", "--annotation", "org.example.team=wasm")
+	if code != 0 {
+		t.Fatalf("push to two tags: %s", stderr)
+	}
+	two := strings.TrimSpace(stdout)
+	for _, tag := range []string{"a", "b"} {
+		code, stdout, stderr := cli("", "inspect", "--json", host+"/ux/m:"+tag)
+		if code != 0 || !strings.Contains(stdout, two) {
+			t.Fatalf("inspect %s: %s %s", tag, stdout, stderr)
+		}
+	}
 	if code, stdout, _ := cli("", "logout", host); code != 0 || !strings.Contains(stdout, "Removed") {
 		t.Fatalf("logout: %d %s", code, stdout)
 	}
