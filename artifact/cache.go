@@ -118,6 +118,7 @@ func (c *cache) openBlob(d string, size int64) (io.ReadCloser, error) {
 		_ = os.Remove(p)
 		return nil, errNotCached
 	}
+	touch(p, st.ModTime())
 	// A blob that fails verification is removed, so the next read fetches it again.
 	return &verifier{r: f, c: f, digest: d, size: st.Size(), h: sha256.New(), what: "cached blob", onFail: func() { os.Remove(p) }}, nil
 }

@@ -26,6 +26,7 @@ func init() {
 	commands["tag"] = command{"point more tags at an OCI artifact's manifest", cmdTag}
 	commands["copy"] = command{"copy an OCI artifact to another registry repository", cmdCopy}
 	commands["login"] = command{"check registry credentials and store them in the docker config", cmdLogin}
+	commands["cache"] = command{"list, size or prune the OCI artifact cache", cmdCache}
 	commands["logout"] = command{"remove a registry's credentials from the docker config", cmdLogout}
 }
 
@@ -585,4 +586,82 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func cmdCache(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	c := newOCICommand("cache", "Usage: sandboxd cache list|size|prune [--older-than D] [--max-size-mb N] [--json] [flags]\n\n"+
+		"Works on the OCI artifact cache (--artifact-cache-dir). list prints its blobs,\n"+
+		"least recently used first; size their count and bytes; prune evicts the blobs\n"+
+		"unused for longer than --older-than, then the least recently used until the\n"+
+		"cache holds at most --max-size-mb. An evicted blob is fetched again when needed.", stderr)
+	older := c.fs.Duration("older-than", 0, "prune: evict blobs unused for longer than this (0: no age limit)")
+	maxMB := c.fs.Int64("max-size-mb", -1, "prune: evict least recently used blobs until the cache holds at most this many MiB (-1: no limit)")
+	asJSON := c.fs.Bool("json", false, "print JSON")
+	pos, code, ok := c.parse(args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 1 {
+		return c.usage("want list, size or prune")
+	}
+	dir := c.flags.cacheDir
+	if dir == "" {
+		d, err := artifact.DefaultOCICacheDir()
+		if err != nil {
+			return c.usage("no cache directory: %v", err)
+		}
+		dir = d
+	}
+	print := func(v any, text func()) int {
+		if *asJSON {
+			b, _ := json.MarshalIndent(v, "", "  ")
+			fmt.Fprintf(stdout, "%s\n", b)
+		} else {
+			text()
+		}
+		return exitOK
+	}
+	switch pos[0] {
+	case "list", "size":
+		blobs, err := artifact.CacheList(dir)
+		if err != nil {
+			return c.fail(err)
+		}
+		var total int64
+		for _, b := range blobs {
+			total += b.Size
+		}
+		if pos[0] == "size" {
+			return print(map[string]any{"dir": dir, "blobs": len(blobs), "bytes": total}, func() {
+				fmt.Fprintf(stdout, "%s: %d blobs, %s (%d bytes)\n", dir, len(blobs), humanBytes(total), total)
+			})
+		}
+		return print(blobs, func() {
+			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+			for _, b := range blobs {
+				fmt.Fprintf(tw, "%s\t%d\t%s\n", b.Digest, b.Size, b.Used.UTC().Format(time.RFC3339))
+			}
+			tw.Flush()
+		})
+	case "prune":
+		if *older <= 0 && *maxMB < 0 {
+			return c.usage("prune needs --older-than or --max-size-mb")
+		}
+		limit := int64(-1)
+		if *maxMB >= 0 {
+			limit = *maxMB << 20
+		}
+		removed, err := artifact.CachePrune(dir, *older, limit)
+		if err != nil {
+			return c.fail(err)
+		}
+		var freed int64
+		for _, b := range removed {
+			freed += b.Size
+		}
+		return print(removed, func() {
+			fmt.Fprintf(stdout, "removed %d blobs, %s\n", len(removed), humanBytes(freed))
+		})
+	}
+	return c.usage("unknown cache subcommand %q (want list, size or prune)", pos[0])
 }

@@ -67,6 +67,16 @@ func TestOCIUXCommands(t *testing.T) {
 			t.Fatalf("inspect %s: %s %s", tag, stdout, stderr)
 		}
 	}
+	code, stdout, _ = cli("", "cache", "size")
+	if code != 0 || !strings.Contains(stdout, "blobs") {
+		t.Fatalf("cache size: %d %s", code, stdout)
+	}
+	if code, stdout, _ := cli("", "cache", "prune", "--max-size-mb", "0"); code != 0 || !strings.Contains(stdout, "removed") {
+		t.Fatalf("cache prune: %d %s", code, stdout)
+	}
+	if code, stdout, _ := cli("", "cache", "list", "--json"); code != 0 || strings.TrimSpace(stdout) != "[]" {
+		t.Fatalf("cache list after pruning everything: %d %q", code, stdout)
+	}
 	if code, stdout, _ := cli("", "logout", host); code != 0 || !strings.Contains(stdout, "Removed") {
 		t.Fatalf("logout: %d %s", code, stdout)
 	}
