@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -236,4 +238,46 @@ func editDockerConfig(edit func(auths map[string]any)) (string, error) {
 		return p, toolerr.Wrap(toolerr.ArtifactUnavailable, err, "cannot write the docker config")
 	}
 	return p, atomicWriteMode(p, append(b, '\n'), 0o600)
+}
+
+// Tags lists the tags of repository repo (registry/repo), sorted,
+// following the registry's pagination (Link headers), at most maxTags.
+func (o *OCI) Tags(ctx context.Context, repo string) ([]string, error) {
+	const maxTags = 100000
+	r, err := parseImageRef(repo+":latest", o.insecure)
+	if err != nil || r.layout != "" {
+		return nil, toolerr.New(toolerr.ArtifactUnavailable, "invalid repository %q", repo)
+	}
+	src, err := o.source(r)
+	if err != nil {
+		return nil, err
+	}
+	rs := src.(*remoteSource)
+	var tags []string
+	next := rs.url("tags", "list?n=1000")
+	for next != "" && len(tags) < maxTags {
+		resp, err := rs.do(ctx, http.MethodGet, next, "application/json", "listing the tags of "+r.repo.Name())
+		if err != nil {
+			return nil, err
+		}
+		var page struct {
+			Tags []string `json:"tags"`
+		}
+		err = json.NewDecoder(io.LimitReader(resp.Body, MaxManifestSize)).Decode(&page)
+		link := resp.Header.Get("Link")
+		base := resp.Request.URL
+		resp.Body.Close()
+		if err != nil {
+			return nil, toolerr.New(toolerr.ArtifactUnavailable, "listing the tags of %s: the registry sent no tag list", r.repo.Name())
+		}
+		tags = append(tags, page.Tags...)
+		next = ""
+		if i, j := strings.Index(link, "<"), strings.Index(link, ">"); i >= 0 && j > i {
+			if u, err := base.Parse(link[i+1 : j]); err == nil && u.Host == base.Host {
+				next = u.String()
+			}
+		}
+	}
+	sort.Strings(tags)
+	return tags, nil
 }

@@ -26,6 +26,7 @@ func init() {
 	commands["tag"] = command{"point more tags at an OCI artifact's manifest", cmdTag}
 	commands["copy"] = command{"copy an OCI artifact to another registry repository", cmdCopy}
 	commands["login"] = command{"check registry credentials and store them in the docker config", cmdLogin}
+	commands["tags"] = command{"list the tags of a registry repository", cmdTags}
 	commands["cache"] = command{"list, size or prune the OCI artifact cache", cmdCache}
 	commands["logout"] = command{"remove a registry's credentials from the docker config", cmdLogout}
 }
@@ -664,4 +665,40 @@ func cmdCache(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		})
 	}
 	return c.usage("unknown cache subcommand %q (want list, size or prune)", pos[0])
+}
+
+func cmdTags(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	c := newOCICommand("tags", "Usage: sandboxd tags REGISTRY/REPO [--json] [flags]\n\n"+
+		"Lists the repository's tags, one a line.", stderr)
+	asJSON := c.fs.Bool("json", false, "print a JSON array")
+	pos, code, ok := c.parse(args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 1 {
+		return c.usage("want one repository")
+	}
+	oci, err := c.flags.resolver()
+	if err != nil {
+		return c.usage("%v", err)
+	}
+	defer oci.Close()
+	ctx, cancel := context.WithTimeout(ctx, c.flags.timeout)
+	defer cancel()
+	tags, err := oci.Tags(ctx, pos[0])
+	if err != nil {
+		return c.fail(err)
+	}
+	if *asJSON {
+		if tags == nil {
+			tags = []string{}
+		}
+		b, _ := json.Marshal(tags)
+		fmt.Fprintf(stdout, "%s\n", b)
+		return exitOK
+	}
+	for _, t := range tags {
+		fmt.Fprintln(stdout, t)
+	}
+	return exitOK
 }

@@ -67,6 +67,9 @@ func TestOCIUXCommands(t *testing.T) {
 			t.Fatalf("inspect %s: %s %s", tag, stdout, stderr)
 		}
 	}
+	if code, stdout, _ := cli("", "tags", host+"/ux/x"); code != 0 || strings.Join(strings.Fields(stdout), " ") != "1 stable v1" {
+		t.Fatalf("tags: %d %q", code, stdout)
+	}
 	code, stdout, _ = cli("", "cache", "size")
 	if code != 0 || !strings.Contains(stdout, "blobs") {
 		t.Fatalf("cache size: %d %s", code, stdout)
