@@ -20,20 +20,29 @@
 //
 // # Layouts
 //
-// The CNCF Wasm OCI artifact (config MediaTypeWasmConfig; each module one
-// layer of MediaTypeWasmLayer or MediaTypeWasmContentLayer, named by its
-// org.opencontainers.image.title annotation, which modulePath must equal),
-// and ordinary images (config application/vnd.oci.image.config.v1+json or
-// the Docker equivalent) whose tar or tar+gzip layers contain modulePath as
-// a regular file; the top layer wins and whiteouts delete. An image index
-// is followed to its only manifest or to the one for the wasm architecture.
-// Several modules per artifact work in both layouts. See
+// The CNCF Wasm OCI artifact (config MediaTypeWasmConfig, wasm-to-oci's
+// MediaTypeWasmConfigV1, or the OCI empty config of ORAS 1.1 artifacts;
+// each module one layer of MediaTypeWasmLayer or MediaTypeWasmContentLayer,
+// named by its org.opencontainers.image.title annotation, which modulePath
+// must equal — or, for an artifact whose one Wasm layer is untitled, as
+// oci-wasm, wkg and wash push, any modulePath), and ordinary images (config
+// application/vnd.oci.image.config.v1+json or the Docker equivalent) whose
+// tar, tar+gzip or tar+zstd layers contain modulePath as a regular file;
+// the top layer wins and whiteouts delete. A Wasm config's architecture
+// and os are checked: wasm/wasip1 runs, wasip2 components are refused (so
+// is a component binary). An image index is followed to its only manifest,
+// or ranked by platform (from the descriptor, or else from each entry's
+// config): wasip1 first, components never. Several modules per artifact
+// work in both layouts. See
 // https://tag-runtime.cncf.io/wgs/wasm/deliverables/wasm-oci-artifact/.
 //
 // # Integrity and caps
 //
-// The manifest's org.opencontainers.image.version annotation must equal
-// artifactVersion (artifact-integrity-failed naming both). Every manifest
+// The artifact's version — the manifest's org.opencontainers.image.version
+// annotation, else its index's, else the image config's label of that name
+// — must equal artifactVersion (artifact-integrity-failed naming both); an
+// artifact with none is artifact-refused. With WithVerifyKeys it must also
+// carry a cosign key-based signature (see verifySignatures). Every manifest
 // and blob is verified against its digest while it streams; a length or
 // digest mismatch is artifact-integrity-failed. Manifests, indexes and
 // configs over MaxManifestSize, and blobs over the configured cap
@@ -62,7 +71,9 @@
 // registries named with WithInsecureRegistries, which must be loopback.
 // Idempotent requests are retried with exponential backoff on 429, 5xx
 // and dropped connections (Retry-After honoured, never past the deadline);
-// an interrupted blob download restarts.
+// an interrupted blob download restarts. Every request has its own
+// deadline (WithRequestTimeout) and fails naming its step; private CAs come
+// from WithRegistryCA and the docker certs directory.
 //
 // OCI also pushes (Push: a CNCF Wasm artifact to a registry or a layout
 // directory, see BuildArtifact), pulls (Pull) and inspects (Inspect).
