@@ -29,7 +29,10 @@ func (abiV1) instantiateHost(ctx context.Context, r wazero.Runtime, t *Tool) err
 // shape verifies the compiled module against ABI v1: every import comes
 // from sandboxd_v1 or wasi_snapshot_preview1 and exists there with the same
 // signature, and the entry points are well-formed.
-func (abiV1) shape(r wazero.Runtime, cm wazero.CompiledModule, parsed *wasmbin.Module, _ *Tool) (moduleShape, error) {
+func (abiV1) shape(r wazero.Runtime, cm wazero.CompiledModule, parsed *wasmbin.Module, t *Tool) (moduleShape, error) {
+	if t.entry != "" && t.entry != abi.ExportHandle {
+		return moduleShape{}, shapeErr("modulePath #%s: an entry suffix names an Extism plug-in's export; an ABI v1 handler enters at %s or %s", t.entry, abi.ExportHandle, abi.ExportStart)
+	}
 	hosts := map[string]api.Module{abi.ModuleName: r.Module(abi.ModuleName), abi.WASIModuleName: r.Module(abi.WASIModuleName)}
 	if err := checkImports(cm, parsed, hosts, abi.ModuleName+" and "+abi.WASIModuleName); err != nil {
 		return moduleShape{}, err

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -233,7 +234,11 @@ func (e *Executor) load(ctx context.Context, mt *manifest.Tool, o *loadOptions) 
 			t.secretNames[spec.authSecret] = true
 		}
 	} else {
-		if mod, err = e.resolve(ctx, mt.Manifest, o); err != nil {
+		var path string
+		if path, t.entry = SplitModulePath(mt.CodeArtifactRef.ModulePath); path == "" || strings.HasSuffix(mt.CodeArtifactRef.ModulePath, "#") {
+			return nil, toolerr.New(toolerr.InvalidToolDefinition, "codeArtifactRef.modulePath %q: a #NAME suffix needs a path before it and a name after it", mt.CodeArtifactRef.ModulePath)
+		}
+		if mod, err = e.resolve(ctx, mt.Manifest, path, o); err != nil {
 			return nil, err
 		}
 		t.digest, t.source = mod.Digest, mod.Source
@@ -248,14 +253,24 @@ func (e *Executor) load(ctx context.Context, mt *manifest.Tool, o *loadOptions) 
 	return t, nil
 }
 
-func (e *Executor) resolve(ctx context.Context, m *manifest.Manifest, o *loadOptions) (*artifact.Module, error) {
+// SplitModulePath splits a codeArtifactRef.modulePath into the module's path
+// and the export its "#NAME" suffix names ("" without one), so that one
+// module can back several tools (an Extism plug-in's exports).
+func SplitModulePath(modulePath string) (path, entry string) {
+	if i := strings.LastIndexByte(modulePath, '#'); i >= 0 {
+		return modulePath[:i], modulePath[i+1:]
+	}
+	return modulePath, ""
+}
+
+func (e *Executor) resolve(ctx context.Context, m *manifest.Manifest, modulePath string, o *loadOptions) (*artifact.Module, error) {
 	if o.module != nil {
 		return &artifact.Module{Bytes: o.module, Digest: artifact.Digest(o.module), Source: "memory"}, nil
 	}
 	ref := artifact.Ref{
 		Kind:            m.CodeArtifactRef.Kind,
 		ImageRef:        m.CodeArtifactRef.ImageRef,
-		ModulePath:      m.CodeArtifactRef.ModulePath,
+		ModulePath:      modulePath,
 		ArtifactVersion: m.CodeArtifactRef.ArtifactVersion,
 	}
 	if ref.Kind == artifact.KindFilesystem {

@@ -41,6 +41,11 @@ type moduleShape struct {
 	style Style
 	entry string     // the export a reactor call runs ("" for a command)
 	init  []initCall // what runs once per instance before its first call
+	// exitOK makes proc_exit(0) during a call a success (Extism).
+	exitOK bool
+	// stringInput and stringOutput: the tool's input or output schema is
+	// "type": "string", so the guest gets and gives bytes (Extism).
+	stringInput, stringOutput bool
 }
 
 // initCall is one guest-runtime initialisation export and its arguments.
@@ -51,7 +56,7 @@ type initCall struct {
 
 // abis are the guest ABIs in the order a module's imports are matched; the
 // last is the default for a module that imports from none of them.
-var abis = []guestABI{abiV1{}}
+var abis = []guestABI{abiExtism{}, abiV1{}}
 
 // selectABI returns the ABI whose import module the module uses (nil
 // parsed: the default).

@@ -30,8 +30,10 @@ type handler interface {
 }
 
 // newHandler chooses and builds t's handler: a declarative HTTP tool when
-// spec is set, else the Wasm handler whose style the module's guest ABI
-// recognises (guestabi.go).
+// spec is set, else the Wasm handler the module's guest ABI recognises
+// (guestabi.go): a WASI command when the shape has no entry export to call,
+// else a reactor calling that entry (an Extism _start plug-in is one too:
+// it reports style command, and its instance ends with the call).
 func (e *Executor) newHandler(ctx context.Context, t *Tool, spec *httpSpec, mod *artifact.Module) (handler, error) {
 	if spec != nil {
 		return &httpHandler{Tool: t, spec: spec}, nil
@@ -40,7 +42,7 @@ func (e *Executor) newHandler(ctx context.Context, t *Tool, spec *httpSpec, mod 
 	if err != nil {
 		return nil, err
 	}
-	if code.shape.style == Command {
+	if code.shape.entry == "" { // a WASI command: stdin, stdout, _start
 		return &commandHandler{Tool: t, wasmCode: code}, nil
 	}
 	return newReactorHandler(t, code), nil

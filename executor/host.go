@@ -82,6 +82,13 @@ type invocation struct {
 	logBytes  int
 	logDrops  int
 	egress    *egressState // the HTTP import's state, from the first http_request
+
+	// Extism plug-ins (extism.go): the call's kernel, the instance's vars,
+	// the last http_request's status and headers.
+	kernel        *kernel
+	vars          *varStore
+	extismStatus  int32
+	extismHeaders []byte
 }
 
 // declaredError is what a guest passed to error_set.

@@ -69,6 +69,7 @@ type instance struct {
 	needs          needsKey      // posture none: the key of the calls it serves (pool.go)
 	sleep          *sleeper
 	stdout, stderr *switchWriter
+	vars           *varStore // an Extism plug-in's vars (extism.go)
 }
 
 // newInstance instantiates the reactor and runs _initialize under the tool's
@@ -160,6 +161,9 @@ func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[strin
 		res, err := in.handle.Call(cctx)
 		if err == nil && len(res) > 0 {
 			rc = api.DecodeU32(res[0])
+		}
+		if err != nil && t.shape.exitOK && exitedOK(err) {
+			err = nil // proc_exit(0) ends an Extism call successfully
 		}
 		return err
 	})

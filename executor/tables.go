@@ -74,6 +74,9 @@ func (in *instance) resetAccount() {
 	if n := in.tables.bytes(); n > 0 {
 		in.acct.Reserve(n) // fitted beside the same linear memory before
 	}
+	if in.vars != nil && in.vars.bytes > 0 {
+		in.acct.Reserve(in.vars.bytes) // an Extism plug-in's vars (extism.go), charged with the instance
+	}
 }
 
 // initContext returns the context an instance's initialisation runs under

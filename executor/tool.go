@@ -41,6 +41,7 @@ type Tool struct {
 	// spec.authorization secretRef.
 	secretNames map[string]bool
 	policy      *egress.Policy // the network policy, compiled at load
+	entry       string         // the export a modulePath #NAME suffix names, "" for none
 
 	h      handler
 	closed atomic.Bool
@@ -393,6 +394,10 @@ func (t *Tool) classify(ctx context.Context, inv *invocation, err, cause error, 
 			msg = fmt.Sprintf("the handler exited with code %d during %s: %s", code, entry, msg)
 		}
 		return &toolerr.Error{Code: toolerr.HandlerError, Message: msg, Details: map[string]any{"exitCode": code}, Err: err}
+	}
+	var hf *hostFailure // an Extism host call failed the call (extism.go)
+	if errors.As(err, &hf) {
+		return &toolerr.Error{Code: toolerr.HandlerError, Message: hf.msg, Details: hf.details, Err: err}
 	}
 	var ht *hostTrap // a host function refused the call (host.go, wasi.go)
 	if errors.As(err, &ht) {

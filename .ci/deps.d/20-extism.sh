@@ -1,0 +1,6 @@
+# Extism (executor's Extism ABI tests, bench/): the go-sdk module's test
+# plug-ins (its wasm/ folder) are read from the module cache at test time,
+# and the Go PDK example (examples/extism-go) builds against go-pdk.
+# Both come from the Go module proxy, pinned.
+go mod download github.com/extism/go-sdk@v1.7.1
+(cd examples/extism-go && go mod download github.com/extism/go-pdk@v1.1.3)

@@ -1,0 +1,540 @@
+package executor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/sandboxd/sandboxd/abi"
+	"github.com/sandboxd/sandboxd/egress"
+	"github.com/sandboxd/sandboxd/internal/wasmbin"
+	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/manifest"
+	"github.com/sandboxd/sandboxd/toolerr"
+)
+
+// abiExtism runs unmodified Extism plug-ins (docs/extism.md): a module that
+// imports from extism:host/env. Its kernel lives host-side
+// (extism_kernel.go); its host functions are Extism's config, vars, HTTP
+// (through the egress engine) and logs. The entry point is the export the
+// modulePath's #NAME suffix names, else handle, else the only exported
+// () -> i32 / () -> () function that is not a runtime helper.
+type abiExtism struct{}
+
+func (abiExtism) name() string { return abi.ExtismModuleName }
+
+func (abiExtism) owns(module string) bool { return module == abi.ExtismModuleName }
+
+// Caps of the Extism host functions besides memMB.
+const (
+	defaultMaxVarBytes = 1 << 20 // Extism's memory.max_var_bytes default
+	varEntryOverhead   = 64      // charged per var besides its key and value
+)
+
+// runtimeHelpers are exports that are never a plug-in's entry point.
+var runtimeHelpers = map[string]bool{
+	"_start": true, "_initialize": true, "hs_init": true, "__wasm_call_ctors": true,
+	"malloc": true, "free": true, "calloc": true, "realloc": true,
+}
+
+func isRuntimeHelper(name string) bool {
+	return runtimeHelpers[name] || strings.HasPrefix(name, "asyncify_") || strings.HasPrefix(name, "__")
+}
+
+// isEntrySig reports whether f is callable as an Extism function: no
+// parameters, no result or one i32.
+func isEntrySig(f api.FunctionDefinition) bool {
+	if len(f.ParamTypes()) != 0 {
+		return false
+	}
+	r := f.ResultTypes()
+	return len(r) == 0 || len(r) == 1 && r[0] == api.ValueTypeI32
+}
+
+func (abiExtism) shape(r wazero.Runtime, cm wazero.CompiledModule, parsed *wasmbin.Module, t *Tool) (moduleShape, error) {
+	for _, im := range parsed.Imports {
+		switch im.Module {
+		case abi.ExtismModuleName, abi.WASIModuleName:
+		case abi.ExtismUserModuleName:
+			return moduleShape{}, shapeErr("import %s.%s: Extism host functions (%s) are not offered by sandboxd", im.Module, im.Name, im.Module)
+		default:
+			return moduleShape{}, shapeErr("import %s.%s: module %q is neither %s nor %s: linked multi-module plug-ins and other host-function namespaces are not supported",
+				im.Module, im.Name, im.Module, abi.ExtismModuleName, abi.WASIModuleName)
+		}
+	}
+	hosts := map[string]api.Module{abi.ExtismModuleName: r.Module(abi.ExtismModuleName), abi.WASIModuleName: r.Module(abi.WASIModuleName)}
+	if err := checkImports(cm, parsed, hosts, abi.ExtismModuleName+" and "+abi.WASIModuleName); err != nil {
+		return moduleShape{}, err
+	}
+	exports := cm.ExportedFunctions()
+	entry := t.entry
+	if entry == "" {
+		var err error
+		if entry, err = defaultExtismEntry(exports); err != nil {
+			return moduleShape{}, err
+		}
+	}
+	f, ok := exports[entry]
+	if !ok {
+		return moduleShape{}, shapeErr("the module exports no function %q (modulePath #%s)", entry, entry)
+	}
+	if !isEntrySig(f) {
+		return moduleShape{}, shapeErr("export %s has signature %s, want () -> (i32) or () -> ()", entry, sigString(f))
+	}
+	s := moduleShape{style: Reactor, entry: entry, exitOK: true,
+		stringInput: schemaIsString(t.m.Input), stringOutput: schemaIsString(t.m.Output)}
+	if entry == abi.ExportStart {
+		s.style = Command // a command plug-in: one run per instance (proc_exit ends it)
+		return s, nil
+	}
+	// Guest-runtime initialisation, once per instance, as Extism's go-sdk
+	// does it with WASI: Haskell's hs_init (after _initialize), else a
+	// reactor's _initialize, else __wasm_call_ctors.
+	noArgs := func(name string) bool {
+		f, ok := exports[name]
+		return ok && len(f.ParamTypes())+len(f.ResultTypes()) == 0
+	}
+	if hs, ok := exports["hs_init"]; ok && sameTypes(hs.ParamTypes(), []api.ValueType{api.ValueTypeI32, api.ValueTypeI32}) && len(hs.ResultTypes()) == 0 {
+		if noArgs(abi.ExportInitialize) {
+			s.init = append(s.init, initCall{name: abi.ExportInitialize})
+		}
+		s.init = append(s.init, initCall{name: "hs_init", args: []uint64{0, 0}})
+	} else if noArgs(abi.ExportInitialize) {
+		s.init = []initCall{{name: abi.ExportInitialize}}
+	} else if noArgs("__wasm_call_ctors") {
+		s.init = []initCall{{name: "__wasm_call_ctors"}}
+	}
+	return s, nil
+}
+
+// defaultExtismEntry applies the default-entry rule: handle if exported,
+// else the only callable export that is not a runtime helper, else _start.
+func defaultExtismEntry(exports map[string]api.FunctionDefinition) (string, error) {
+	if f, ok := exports[abi.ExportHandle]; ok && isEntrySig(f) {
+		return abi.ExportHandle, nil
+	}
+	var cands []string
+	for name, f := range exports {
+		if !isRuntimeHelper(name) && isEntrySig(f) {
+			cands = append(cands, name)
+		}
+	}
+	sort.Strings(cands)
+	switch {
+	case len(cands) == 1:
+		return cands[0], nil
+	case len(cands) > 1:
+		e := shapeErr("the plug-in exports several functions (%s): name the one this tool calls with a #NAME suffix on modulePath", strings.Join(cands, ", ")).(*toolerr.Error)
+		e.Details = map[string]any{"candidates": cands}
+		return "", e
+	}
+	if _, ok := exports[abi.ExportStart]; ok {
+		return abi.ExportStart, nil
+	}
+	return "", shapeErr("the plug-in exports no callable function (() -> i32 or () -> ()) other than runtime helpers")
+}
+
+// schemaIsString reports whether a JSON Schema says "type": "string" at its
+// top level.
+func schemaIsString(raw json.RawMessage) bool {
+	var s struct {
+		Type any `json:"type"`
+	}
+	if json.Unmarshal(raw, &s) != nil {
+		return false
+	}
+	ty, ok := s.Type.(string)
+	return ok && ty == "string"
+}
+
+// begin prepares an Extism call on in: a fresh kernel holding the input
+// (the validated JSON text, or a string input's UTF-8 bytes) and the
+// instance's vars, emptied at every call unless the posture is none.
+func (abiExtism) begin(t *reactorHandler, in *instance, inv *invocation) error {
+	input := inv.input
+	if t.shape.stringInput {
+		var s string
+		if json.Unmarshal(inv.input, &s) == nil {
+			input = []byte(s)
+		}
+	}
+	k := newKernel(in.acct)
+	if !k.grow(kernelPage) || !k.setInput(input) {
+		return t.memExceeded(in.acct.Refused(), fmt.Sprintf("the Extism kernel memory for the input (%d bytes) does not fit in memMB %d", len(input), t.limits.memMB))
+	}
+	if in.vars == nil || t.posture != manifest.PostureNone {
+		in.vars.release()
+		in.vars = &varStore{acct: in.acct, max: defaultMaxVarBytes}
+	}
+	inv.kernel, inv.vars = k, in.vars
+	return nil
+}
+
+// result maps an Extism call's end: error_set (whatever the return code) or
+// a non-zero return is handler-error; otherwise the output range becomes the
+// output, JSON as it is, or a JSON string when the output schema is a
+// string and the bytes are not JSON (no output: null, or "" for a string).
+func (abiExtism) result(t *reactorHandler, inv *invocation, acct *limits.Account, rc uint32) ([]byte, bool, error) {
+	k := inv.kernel
+	reusable := acct.Refused() == 0
+	if k.errorOff != 0 {
+		msg := sanitizeLine(k.blockBytes(k.errorOff, maxErrorBytes))
+		if msg == "" {
+			msg = fmt.Sprintf("handler returned %d", int32(rc))
+		}
+		return nil, reusable, &toolerr.Error{Code: toolerr.HandlerError, Message: msg, Details: map[string]any{"returned": int32(rc)}}
+	}
+	if rc != 0 {
+		if r := acct.Refused(); r > 0 {
+			return nil, false, t.memExceeded(r, fmt.Sprintf("handler failed (returned %d) after its memory use reached the memMB cap", int32(rc)))
+		}
+		return nil, reusable, &toolerr.Error{Code: toolerr.HandlerError, Message: fmt.Sprintf("handler returned %d", int32(rc)), Details: map[string]any{"returned": int32(rc)}}
+	}
+	stringOut := t.shape.stringOutput
+	if k.outputLen == 0 {
+		if stringOut {
+			return []byte(`""`), reusable, nil
+		}
+		return []byte("null"), reusable, nil
+	}
+	if !k.inBounds(k.outputOff, k.outputLen) {
+		return nil, false, &toolerr.Error{Code: toolerr.HandlerTrap, Message: fmt.Sprintf("trap: the output [%d, %d) is outside kernel memory", k.outputOff, k.outputOff+k.outputLen)}
+	}
+	if !acct.Reserve(int64(k.outputLen)) {
+		return nil, false, t.memExceeded(acct.Refused(), fmt.Sprintf("the output (%d bytes) does not fit in memMB %d", k.outputLen, t.limits.memMB))
+	}
+	out := k.read(k.outputOff, k.outputLen)
+	if stringOut && !json.Valid(out) {
+		n := jsonStringLen(out)
+		if !acct.Reserve(int64(n)) {
+			return nil, false, t.memExceeded(acct.Refused(), fmt.Sprintf("the output as a JSON string (%d bytes) does not fit in memMB %d", n, t.limits.memMB))
+		}
+		out = appendJSONString(make([]byte, 0, n), out)
+	}
+	return out, reusable, nil
+}
+
+// varStore is an instance's Extism vars, bounded by max bytes (keys, values
+// and varEntryOverhead each) and charged to the instance's memMB account.
+type varStore struct {
+	acct  *limits.Account
+	max   int64
+	bytes int64
+	m     map[string][]byte
+}
+
+func (v *varStore) release() {
+	if v != nil {
+		v.acct.Release(v.bytes)
+		v.bytes, v.m = 0, nil
+	}
+}
+
+// set stores (or with a nil value deletes) a var; it fails when the store
+// would pass its bound or memMB.
+func (v *varStore) set(key string, val []byte) error {
+	old, had := v.m[key]
+	oldSize := int64(0)
+	if had {
+		oldSize = int64(len(key)+len(old)) + varEntryOverhead
+	}
+	if val == nil {
+		delete(v.m, key)
+		v.acct.Release(oldSize)
+		v.bytes -= oldSize
+		return nil
+	}
+	newSize := int64(len(key)+len(val)) + varEntryOverhead
+	if v.bytes-oldSize+newSize > v.max {
+		return fmt.Errorf("the variable store is full (%d bytes at most)", v.max)
+	}
+	if grow := newSize - oldSize; grow > 0 && !v.acct.Reserve(grow) {
+		return fmt.Errorf("a variable of %d bytes does not fit in memMB", len(val))
+	} else if grow < 0 {
+		v.acct.Release(-grow)
+	}
+	if v.m == nil {
+		v.m = map[string][]byte{}
+	}
+	v.m[key] = val
+	v.bytes += newSize - oldSize
+	return nil
+}
+
+// hostFailure is the panic value of a host function whose failure fails the
+// call as the handler's own (handler-error): Extism's ABI has no in-band
+// error for a failed HTTP request or a full var store.
+type hostFailure struct {
+	msg     string
+	details map[string]any
+}
+
+func (e *hostFailure) Error() string { return e.msg }
+
+// extismCall returns the kernel of the call running on ctx; outside a call
+// (during initialisation) the plug-in traps.
+func extismCall(ctx context.Context, fn string) (*invocation, *kernel) {
+	inv := invocationFrom(ctx)
+	if inv == nil || inv.kernel == nil {
+		trapf("extism: %s called outside a call (during initialisation)", fn)
+	}
+	return inv, inv.kernel
+}
+
+// instantiateHost builds the extism:host/env host module. Every function is
+// charged hostCallFuel and checks the interrupt (hostFunction), and pays for
+// the bytes it moves; every handle is checked against kernel memory.
+func (abiExtism) instantiateHost(ctx context.Context, r wazero.Runtime, t *Tool) error {
+	b := r.NewHostModuleBuilder(abi.ExtismModuleName)
+	vt := map[abi.ValType]api.ValueType{abi.I32: api.ValueTypeI32, abi.I64: api.ValueTypeI64}
+	def := func(name string, fn func(ctx context.Context, stack []uint64)) {
+		sig := abi.ExtismFunctions[name]
+		params := make([]api.ValueType, len(sig.Params))
+		for i, p := range sig.Params {
+			params[i] = vt[p]
+		}
+		results := make([]api.ValueType, len(sig.Results))
+		for i, p := range sig.Results {
+			results[i] = vt[p]
+		}
+		hostFunction(b, name, params, results, func(ctx context.Context, _ api.Module, stack []uint64) { fn(ctx, stack) })
+	}
+	// kernel
+	def("alloc", func(ctx context.Context, s []uint64) {
+		_, k := extismCall(ctx, "alloc")
+		if s[0] = k.alloc(s[0]); s[0] != 0 {
+			chargeBytes(ctx, k.length(s[0])) // the host zeroed what it hands out
+		}
+	})
+	def("free", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "free"); k.free(s[0]) })
+	def("length", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "length"); s[0] = k.length(s[0]) })
+	def("length_unsafe", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "length_unsafe"); s[0] = k.length(s[0]) })
+	def("load_u8", func(ctx context.Context, s []uint64) {
+		_, k := extismCall(ctx, "load_u8")
+		s[0] = uint64(k.loadU8(s[0]))
+	})
+	def("load_u64", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "load_u64"); s[0] = k.loadU64(s[0]) })
+	def("store_u8", func(ctx context.Context, s []uint64) {
+		_, k := extismCall(ctx, "store_u8")
+		k.storeU8(s[0], uint8(s[1]))
+	})
+	def("store_u64", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "store_u64"); k.storeU64(s[0], s[1]) })
+	def("input_offset", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "input_offset"); s[0] = k.inputOff })
+	def("input_length", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "input_length"); s[0] = k.inputLen })
+	def("input_load_u8", func(ctx context.Context, s []uint64) {
+		_, k := extismCall(ctx, "input_load_u8")
+		s[0] = uint64(k.inputByte(s[0]))
+	})
+	def("input_load_u64", func(ctx context.Context, s []uint64) {
+		_, k := extismCall(ctx, "input_load_u64")
+		s[0] = k.inputU64(s[0])
+	})
+	def("output_set", func(ctx context.Context, s []uint64) {
+		_, k := extismCall(ctx, "output_set")
+		if !k.inBounds(s[0], s[1]) {
+			trapf("extism: output_set [%d, %d) is outside kernel memory (%d bytes)", s[0], s[0]+s[1], k.size())
+		}
+		chargeBytes(ctx, s[1]) // the host copies it when the call returns
+		k.outputOff, k.outputLen = s[0], s[1]
+	})
+	def("error_set", func(ctx context.Context, s []uint64) {
+		inv, k := extismCall(ctx, "error_set")
+		k.errorOff = s[0]
+		if s[0] != 0 { // a proc_exit after error_set reports the message too (classify)
+			msg := k.blockBytes(s[0], maxErrorBytes)
+			chargeBytes(ctx, uint64(len(msg)))
+			inv.mu.Lock()
+			inv.declared = &declaredError{Message: sanitizeLine(msg)}
+			inv.mu.Unlock()
+		}
+	})
+	def("error_get", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "error_get"); s[0] = k.errorOff })
+	def("output_offset", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "output_offset"); s[0] = k.outputOff })
+	def("output_length", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "output_length"); s[0] = k.outputLen })
+	def("input_set", func(ctx context.Context, s []uint64) {
+		_, k := extismCall(ctx, "input_set")
+		if !k.inBounds(s[0], s[1]) {
+			trapf("extism: input_set [%d, %d) is outside kernel memory (%d bytes)", s[0], s[0]+s[1], k.size())
+		}
+		k.inputOff, k.inputLen = s[0], s[1]
+	})
+	def("reset", func(ctx context.Context, s []uint64) {
+		_, k := extismCall(ctx, "reset")
+		chargeBytes(ctx, k.reset())
+	})
+	def("memory_bytes", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "memory_bytes"); s[0] = k.memoryBytes() })
+
+	// config and vars
+	def("config_get", func(ctx context.Context, s []uint64) {
+		inv, k := extismCall(ctx, "config_get")
+		key := string(readBlock(ctx, k, s[0], maxConfigKey))
+		v, errno, _ := t.config(inv, key) // needs.go: declared names with a value
+		if errno != 0 {
+			s[0] = 0
+			return
+		}
+		var str string
+		if json.Unmarshal(v, &str) == nil {
+			v = []byte(str) // strings as they are, other JSON as its text
+		}
+		s[0] = newBlock(ctx, k, v, "config value")
+	})
+	def("var_get", func(ctx context.Context, s []uint64) {
+		inv, k := extismCall(ctx, "var_get")
+		key := string(readBlock(ctx, k, s[0], defaultMaxVarBytes))
+		k.free(s[0])
+		s[0] = newBlock(ctx, k, inv.vars.m[key], "var value")
+	})
+	def("var_set", func(ctx context.Context, s []uint64) {
+		inv, k := extismCall(ctx, "var_set")
+		key := string(readBlock(ctx, k, s[0], defaultMaxVarBytes))
+		var val []byte
+		if s[1] != 0 {
+			val = readBlock(ctx, k, s[1], defaultMaxVarBytes)
+			if val == nil {
+				val = []byte{}
+			}
+		}
+		k.free(s[0])
+		k.free(s[1])
+		if err := inv.vars.set(key, val); err != nil {
+			panic(&hostFailure{msg: "extism var_set: " + err.Error(), details: map[string]any{"vars": "full"}})
+		}
+	})
+
+	// HTTP through the egress engine
+	def("http_request", func(ctx context.Context, s []uint64) {
+		inv, k := extismCall(ctx, "http_request")
+		s[0] = inv.extismHTTP(ctx, k, s[0], s[1])
+	})
+	def("http_status_code", func(ctx context.Context, s []uint64) {
+		inv, _ := extismCall(ctx, "http_status_code")
+		s[0] = uint64(uint32(inv.extismStatus))
+	})
+	def("http_headers", func(ctx context.Context, s []uint64) {
+		inv, k := extismCall(ctx, "http_headers")
+		s[0] = newBlock(ctx, k, inv.extismHeaders, "response headers")
+	})
+
+	// logs: trace and debug are sandboxd's debug
+	for name, level := range map[string]int32{"log_trace": abi.LogDebug, "log_debug": abi.LogDebug, "log_info": abi.LogInfo, "log_warn": abi.LogWarn, "log_error": abi.LogError} {
+		def(name, func(ctx context.Context, s []uint64) {
+			inv, k := extismCall(ctx, name)
+			msg := readBlock(ctx, k, s[0], maxLogLine)
+			k.free(s[0])
+			if admitLog(ctx, inv, len(msg)) { // writers.go: the call's log caps
+				t.exec.emitLog(LogRecord{ToolID: t.ID(), Level: level, Msg: sanitizeLine(msg)})
+			}
+		})
+	}
+	def("get_log_level", func(ctx context.Context, s []uint64) { s[0] = 0 }) // every level reaches the host, which filters
+	_, err := b.Instantiate(ctx)
+	return err
+}
+
+// maxConfigKey caps a config_get key.
+const maxConfigKey = 4 << 10
+
+// readBlock copies at most max bytes of the block at h, charged.
+func readBlock(ctx context.Context, k *kernel, h, max uint64) []byte {
+	n := k.length(h)
+	if n > max {
+		trapf("extism: a block of %d bytes is over the %d-byte cap here", n, max)
+	}
+	chargeBytes(ctx, n)
+	return k.blockBytes(h, n)
+}
+
+// newBlock puts v into a new block (0 for an empty v), charged; a block
+// that does not fit in memMB traps (limits-exceeded memMB).
+func newBlock(ctx context.Context, k *kernel, v []byte, what string) uint64 {
+	if len(v) == 0 {
+		return 0
+	}
+	chargeBytes(ctx, uint64(len(v)))
+	h, ok := k.newBlock(v)
+	if !ok {
+		trapf("extism: the %s (%d bytes) does not fit in kernel memory within memMB", what, len(v))
+	}
+	return h
+}
+
+// extismHTTPRequest is http_request's request description (Extism refuses
+// unknown fields).
+type extismHTTPRequest struct {
+	URL     string            `json:"url"`
+	Headers map[string]string `json:"headers"`
+	Method  string            `json:"method"`
+}
+
+// extismHTTP performs http_request through the egress engine: the same
+// policy, SSRF checks, DNS pinning, redirect re-checks, budgets and secret
+// placeholders as every tool. The ABI has no in-band error, so a denied or
+// failed request fails the call (handler-error, details.egress).
+func (inv *invocation) extismHTTP(ctx context.Context, k *kernel, reqH, bodyH uint64) uint64 {
+	raw := readBlock(ctx, k, reqH, maxHTTPRequestJSON)
+	var body []byte
+	if n := k.length(bodyH); n > 0 {
+		if !inv.acct.Reserve(int64(n)) { // the host's copy of the body, beside the kernel's
+			trapf("extism http_request: the request body (%d bytes) does not fit in memMB", n)
+		}
+		defer inv.acct.Release(int64(n))
+		body = readBlock(ctx, k, bodyH, n)
+	}
+	k.free(reqH)
+	k.free(bodyH)
+	var rj extismHTTPRequest
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rj); err != nil || rj.URL == "" {
+		panic(&hostFailure{msg: fmt.Sprintf("extism http_request: the request is not {\"url\", \"headers\", \"method\"}: %v", err), details: map[string]any{"egress": string(egress.ReasonInvalid)}})
+	}
+	method := strings.ToUpper(rj.Method)
+	if method == "" {
+		method = "GET"
+	}
+	inv.mu.Lock()
+	inv.extismStatus, inv.extismHeaders = 0, nil
+	inv.mu.Unlock()
+	st := inv.egressFor(ctx)
+	resp, err := st.session.Do(ctx, &egress.Request{Method: method, URL: rj.URL, Header: rj.Headers, Body: body})
+	if err != nil {
+		panic(inv.egressFailure(st, rj.URL, err))
+	}
+	defer resp.Close()
+	data, err := readCharged(resp, inv.acct, -1) // httptool.go: charged to memMB as it grows
+	if err != nil {
+		if errors.Is(err, errMemMB) {
+			trapf("extism http_request: the response body does not fit in memMB")
+		}
+		panic(inv.egressFailure(st, rj.URL, err))
+	}
+	defer inv.acct.Release(int64(cap(data)))
+	chargeBytes(ctx, uint64(len(data)))
+	hdr, _ := json.Marshal(resp.HeadersMap())
+	inv.mu.Lock()
+	inv.extismStatus, inv.extismHeaders = int32(resp.Status), hdr
+	inv.mu.Unlock()
+	return newBlock(ctx, k, data, "response body")
+}
+
+// egressFailure is the handler-error of a failed http_request, naming the
+// reason, the host and the rule that matched (none for a denial).
+func (inv *invocation) egressFailure(st *egressState, rawURL string, err error) *hostFailure {
+	d := map[string]any{"egress": string(egress.ReasonOf(err))}
+	if u, perr := url.Parse(rawURL); perr == nil && u.Hostname() != "" {
+		d["host"] = u.Hostname()
+	}
+	if a, _ := st.session.Attempts(); len(a) > 0 && a[len(a)-1].Rule != "" {
+		d["rule"] = a[len(a)-1].Rule
+	}
+	return &hostFailure{msg: "extism http_request failed: " + egress.MessageOf(err), details: d}
+}
