@@ -672,7 +672,8 @@ func (r *runner) checkArtifact(ctx context.Context, m *manifest.Manifest, pt pac
 		add("artifact", StatusSkip, "", "no codeArtifactRef")
 		return nil, false, nil
 	}
-	aref := artifact.Ref{Kind: ref.Kind, ImageRef: ref.ImageRef, ModulePath: ref.ModulePath, ArtifactVersion: ref.ArtifactVersion}
+	modulePath, _ := executor.SplitModulePath(ref.ModulePath) // a #NAME suffix names an export, not a file
+	aref := artifact.Ref{Kind: ref.Kind, ImageRef: ref.ImageRef, ModulePath: modulePath, ArtifactVersion: ref.ArtifactVersion}
 	var (
 		mod *artifact.Module
 		err error
