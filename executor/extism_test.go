@@ -523,7 +523,7 @@ func TestExtismGoExample(t *testing.T) {
 	if err := json.Unmarshal(raw, &cf); err != nil {
 		t.Fatal(err)
 	}
-	tool := load(t, "manifest.json", "")
+	tool := load(t, "count-vowels.tool.json", "")
 	for _, c := range cf.Cases {
 		res, err := tool.Invoke(context.Background(), executor.Request{Input: c.Input, Context: executor.CallContext{TenantID: "t1", RunID: "r1"}})
 		if c.Expect.Error != nil {
@@ -538,7 +538,7 @@ func TestExtismGoExample(t *testing.T) {
 	// Vars per posture: the running total grows only on posture none's warm
 	// instance.
 	for posture, want := range map[string]int{"none": 9, "context-isolated": 3, "strict": 3} {
-		tool := load(t, "manifest.json", posture)
+		tool := load(t, "count-vowels.tool.json", posture)
 		var total int
 		for range 3 {
 			res, err := callExtism(t, tool, "hello world", executor.CallContext{})
@@ -553,7 +553,7 @@ func TestExtismGoExample(t *testing.T) {
 			t.Errorf("%s: total after 3 calls %d, want %d", posture, total, want)
 		}
 	}
-	greet := load(t, "greet.manifest.json", "")
+	greet := load(t, "greet.tool.json", "")
 	res, err := callExtism(t, greet, "John", rawConfig("greeting", "Howdy"))
 	if err != nil || string(res.Output) != `"Howdy, John!"` {
 		t.Fatalf("greet: %s, %v", res.Output, err)

@@ -5,7 +5,7 @@
 //	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o extism-go.wasm .
 //
 // It exports two functions; a manifest picks one with a #NAME suffix on its
-// modulePath (manifest.json: count_vowels; greet.manifest.json: greet).
+// modulePath (count-vowels.tool.json: count_vowels; greet.tool.json: greet).
 package main
 
 import (
