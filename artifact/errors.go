@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
@@ -178,13 +179,15 @@ func statusError(err error, he *transport.Error, step string, auth authInfo, att
 // attemptsKey carries a request's attempt counter from retryTransport.
 type attemptsKey struct{}
 
-func withAttempts(ctx context.Context) (context.Context, *int) {
-	n := new(int)
+// withAttempts returns ctx carrying a counter of the requests sent under
+// it (the auth handshake pings two schemes at once: it is atomic).
+func withAttempts(ctx context.Context) (context.Context, *atomic.Int64) {
+	n := new(atomic.Int64)
 	return context.WithValue(ctx, attemptsKey{}, n), n
 }
 
 func countAttempt(ctx context.Context) {
-	if n, ok := ctx.Value(attemptsKey{}).(*int); ok {
-		*n++
+	if n, ok := ctx.Value(attemptsKey{}).(*atomic.Int64); ok {
+		n.Add(1)
 	}
 }

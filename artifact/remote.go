@@ -63,7 +63,7 @@ func (o *OCI) registry(ctx context.Context, repo name.Repository) (*http.Client,
 		if ctx.Err() != nil {
 			return nil, ai, ctxError(ctx, step)
 		}
-		return nil, ai, registryError(hctx, err, step, ai, *attempts)
+		return nil, ai, registryError(hctx, err, step, ai, int(attempts.Load()))
 	}
 	rc.client = &http.Client{Transport: tr, CheckRedirect: checkRedirect}
 	rc.auth = ai
@@ -111,11 +111,11 @@ func (s *remoteSource) do(ctx context.Context, method, u, accept, step string) (
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, fail(err, *attempts)
+		return nil, fail(err, int(attempts.Load()))
 	}
 	if err := transport.CheckError(resp, http.StatusOK); err != nil {
 		resp.Body.Close()
-		return nil, fail(err, *attempts)
+		return nil, fail(err, int(attempts.Load()))
 	}
 	resp.Body = &stallBody{rc: resp.Body, ctx: rctx, timer: timer, d: d, cancel: cancel}
 	return resp, nil
