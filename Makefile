@@ -8,7 +8,7 @@ BIN ?= bin/sandboxd
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GO_BUILD_FLAGS := -trimpath -buildvcs=auto -ldflags '-X main.stampedVersion=$(VERSION)'
 
-.PHONY: all build install test test-short lint check demo bench image
+.PHONY: all build install test test-deploy test-short lint check demo bench image
 
 all: build
 
@@ -22,17 +22,23 @@ install:
 # go vet + every test with the race detector. mk/testsummary prints what go
 # test prints, then the skipped tests by reason (a tool that is not installed,
 # -short, -race) and "tests: N passed, N failed, N skipped".
-test:
+test: test-deploy
 	$(GO) vet ./...
 	$(GO) run ./mk/testsummary -race -count=1 -timeout 30m ./...
+
+# The Kubernetes manifests decode strictly into k8s.io/api types (a separate
+# module, deploy/kubernetes/validate, so sandboxd gains no such dependency).
+DEPLOY_MOD := deploy/kubernetes/validate
+test-deploy:
+	cd $(DEPLOY_MOD) && GOFLAGS= $(GO) vet ./... && GOFLAGS= $(GO) test -count=1 ./...
 
 # The local loop: no race detector, and -short skips the multi-MB Go-guest
 # compiles, binary builds, fuzz corpora and liveness runs.
 test-short:
 	$(GO) run ./mk/testsummary -short -count=1 -timeout 10m ./...
 
-# go vet and staticcheck (required: .ci/deps.d/10-lint.sh pins it) on both
-# modules, the main one and bench/.
+# go vet and staticcheck (required: .ci/deps.d/10-lint.sh pins it) on the
+# main module and bench/; staticcheck on deploy/kubernetes/validate too.
 STATICCHECK ?= staticcheck
 lint:
 	$(GO) vet ./...
@@ -40,6 +46,7 @@ lint:
 	@command -v $(STATICCHECK) >/dev/null 2>&1 || { echo "lint: staticcheck is not installed: go install honnef.co/go/tools/cmd/staticcheck@v0.8.2"; exit 1; }
 	$(STATICCHECK) ./...
 	cd bench && $(STATICCHECK) ./...
+	cd $(DEPLOY_MOD) && GOFLAGS= $(STATICCHECK) ./...
 
 # gofmt clean, both modules tidy (go mod tidy -diff changes nothing), the
 # committed fixtures reproducible from their sources (wasm-check).
@@ -47,6 +54,7 @@ check:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) mod tidy -diff
 	cd bench && $(GO) mod tidy -diff
+	cd $(DEPLOY_MOD) && GOFLAGS= $(GO) mod tidy -diff
 	$(MAKE) --no-print-directory wasm-check
 
 # The main job on the bundled example handler.
