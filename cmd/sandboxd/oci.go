@@ -156,6 +156,7 @@ func cmdPush(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	version := c.fs.String("artifact-version", "", "the artifact's version (org.opencontainers.image.version); required")
 	var annotations stringList
 	c.fs.Var(&annotations, "annotation", "KEY=VALUE manifest annotation (repeatable)")
+	asJSON := c.fs.Bool("json", false, "print the pushed artifact's description as JSON instead of its reference")
 	pos, code, ok := c.parse(args)
 	if !ok {
 		return code
@@ -223,6 +224,11 @@ func cmdPush(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 			return c.fail(err)
 		}
 	}
+	if *asJSON {
+		b, _ := json.MarshalIndent(art, "", "  ")
+		fmt.Fprintf(stdout, "%s\n", b)
+		return exitOK
+	}
 	fmt.Fprintln(stdout, art.Ref)
 	return exitOK
 }
@@ -234,6 +240,7 @@ func cmdPull(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 		"A pulled digest-pinned reference then resolves with the registry down.\n"+
 		"With -o DIR the artifact's modules are also written to DIR under their titles.", stderr)
 	outDir := c.fs.String("o", "", "also write the modules to this directory, each under its title")
+	asJSON := c.fs.Bool("json", false, "print the artifact's description (and the files -o wrote) as JSON instead of its reference")
 	pos, code, ok := c.parse(args)
 	if !ok {
 		return code
@@ -254,14 +261,22 @@ func cmdPull(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	if err != nil {
 		return c.fail(err)
 	}
+	var mods []artifact.ExportedModule
 	if *outDir != "" {
-		_, mods, err := oci.Export(ctx, art.Ref, *outDir)
-		if err != nil {
+		if _, mods, err = oci.Export(ctx, art.Ref, *outDir); err != nil {
 			return c.fail(err)
 		}
 		for _, m := range mods {
 			fmt.Fprintf(stderr, "wrote %s (%s)\n", m.Path, humanBytes(m.Size))
 		}
+	}
+	if *asJSON {
+		b, _ := json.MarshalIndent(struct {
+			*artifact.Artifact
+			Files []artifact.ExportedModule `json:"files,omitempty"`
+		}{art, mods}, "", "  ")
+		fmt.Fprintf(stdout, "%s\n", b)
+		return exitOK
 	}
 	fmt.Fprintln(stdout, art.Ref)
 	return exitOK

@@ -52,6 +52,9 @@ func TestOCIUXCommands(t *testing.T) {
 	if code, _, stderr := cli("", "pull", host+"/ux/y:1", "-o", out); code != 0 {
 		t.Fatalf("pull -o: %s", stderr)
 	}
+	if code, stdout, _ := cli("", "pull", host+"/ux/y:1", "--json"); code != 0 || !strings.Contains(stdout, `"layout": "wasm"`) {
+		t.Fatalf("pull --json: %d %s", code, stdout)
+	}
 	want, _ := os.ReadFile(fixture)
 	if b, err := os.ReadFile(filepath.Join(out, "handlers", "echo.wasm")); err != nil || !bytes.Equal(b, want) {
 		t.Fatalf("pull -o wrote: %v", err)
