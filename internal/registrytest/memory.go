@@ -110,7 +110,7 @@ func (f *Faults) Wrap(next http.Handler) http.Handler {
 			f.failN--
 		}
 		var blob string
-		if i := strings.Index(r.URL.Path, "/blobs/sha256:"); i >= 0 {
+		if i := strings.Index(r.URL.Path, "/blobs/sha"); i >= 0 && !strings.Contains(r.URL.Path, "/blobs/uploads") {
 			blob = r.URL.Path[i+len("/blobs/"):]
 		}
 		tamper := blob != "" && f.tamper[blob]
