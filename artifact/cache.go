@@ -57,7 +57,7 @@ func openCache(root string, fsync bool) (*cache, error) {
 		return nil, toolerr.Wrap(toolerr.ArtifactRefused, err, "")
 	}
 	c := &cache{root: abs, fsync: fsync}
-	for _, d := range []string{c.dir("blobs", "sha256"), c.dir("modules", "sha256"), c.dir("tmp")} {
+	for _, d := range []string{c.dir("blobs", "sha256"), c.dir("blobs", "sha512"), c.dir("modules", "sha256"), c.dir("modules", "sha512"), c.dir("tmp")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, toolerr.Wrap(toolerr.ArtifactUnavailable, err, "cannot create the artifact cache directory")
 		}
@@ -72,7 +72,8 @@ func (c *cache) dir(parts ...string) string {
 
 // blobPath is where the blob with digest d lives. d must have passed checkDigest.
 func (c *cache) blobPath(d string) string {
-	return c.dir("blobs", "sha256", strings.TrimPrefix(d, "sha256:"))
+	alg, hexPart := digestParts(d)
+	return c.dir("blobs", alg, hexPart)
 }
 
 // sweep removes temporary files older than age: leftovers of processes that
@@ -120,7 +121,7 @@ func (c *cache) openBlob(d string, size int64) (io.ReadCloser, error) {
 	}
 	touch(p, st.ModTime())
 	// A blob that fails verification is removed, so the next read fetches it again.
-	return &verifier{r: f, c: f, digest: d, size: st.Size(), h: sha256.New(), what: "cached blob", onFail: func() { os.Remove(p) }}, nil
+	return &verifier{r: f, c: f, digest: d, size: st.Size(), h: digestHash(d), what: "cached blob", onFail: func() { os.Remove(p) }}, nil
 }
 
 // openVerified opens a blob this process has just written and verified
@@ -165,12 +166,13 @@ func (c *cache) write(d string, size, max int64, r io.Reader, progress func(int6
 	if size >= 0 {
 		limit = size
 	}
-	return c.store(d, size, max, &verifier{r: io.LimitReader(r, limit+1), digest: d, size: size, h: sha256.New(), what: "blob"}, progress)
+	return c.store(d, size, max, &verifier{r: io.LimitReader(r, limit+1), digest: d, size: size, h: digestHash(d), what: "blob"}, progress)
 }
 
 // store writes src (already verifying, or known to be blob d) into place.
 func (c *cache) store(d string, size, max int64, src io.Reader, progress func(int64)) error {
-	tmp, err := os.CreateTemp(c.dir("tmp"), strings.TrimPrefix(d, "sha256:")[:16]+".*")
+	_, hexPart := digestParts(d)
+	tmp, err := os.CreateTemp(c.dir("tmp"), hexPart[:16]+".*")
 	if err != nil {
 		return toolerr.Wrap(toolerr.ArtifactUnavailable, err, "cannot write to the artifact cache")
 	}
@@ -222,7 +224,8 @@ func (c *cache) putBytes(d string, b []byte) error {
 // moduleKey names the memo of where modulePath lives inside manifest m.
 func (c *cache) moduleMemo(manifest, modulePath string) string {
 	sum := sha256.Sum256([]byte(modulePath))
-	return c.dir("modules", "sha256", strings.TrimPrefix(manifest, "sha256:"), hex.EncodeToString(sum[:]))
+	alg, hexPart := digestParts(manifest)
+	return c.dir("modules", alg, hexPart, hex.EncodeToString(sum[:]))
 }
 
 // lookupModule returns the module digest memoised for (manifest, modulePath).
@@ -311,7 +314,8 @@ func (v *verifier) read(p []byte) (int, error) {
 		if v.size >= 0 && v.n != v.size {
 			return n, toolerr.New(toolerr.ArtifactIntegrityFailed, "%s %s has %d bytes, its descriptor says %d", v.what, v.digest, v.n, v.size)
 		}
-		if got := "sha256:" + hex.EncodeToString(v.h.Sum(nil)); got != v.digest {
+		alg, _ := digestParts(v.digest)
+		if got := alg + ":" + hex.EncodeToString(v.h.Sum(nil)); got != v.digest {
 			return n, toolerr.New(toolerr.ArtifactIntegrityFailed, "%s content hashes to %s, not the expected %s", v.what, got, v.digest)
 		}
 		v.done = true

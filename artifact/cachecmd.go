@@ -3,7 +3,6 @@ package artifact
 import (
 	"os"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/sandboxd/sandboxd/toolerr"
@@ -27,17 +26,19 @@ func CacheList(dir string) ([]CachedBlob, error) {
 	if err != nil {
 		return nil, err
 	}
-	ents, err := os.ReadDir(c.dir("blobs", "sha256"))
-	if err != nil {
-		return nil, toolerr.Wrap(toolerr.ArtifactUnavailable, err, "cannot read the artifact cache")
-	}
 	out := []CachedBlob{}
-	for _, e := range ents {
-		info, err := e.Info()
-		if err != nil || !info.Mode().IsRegular() || checkDigest("sha256:"+e.Name()) != nil {
-			continue
+	for _, alg := range digestAlgs {
+		ents, err := os.ReadDir(c.dir("blobs", alg))
+		if err != nil {
+			return nil, toolerr.Wrap(toolerr.ArtifactUnavailable, err, "cannot read the artifact cache")
 		}
-		out = append(out, CachedBlob{Digest: "sha256:" + e.Name(), Size: info.Size(), Used: info.ModTime()})
+		for _, e := range ents {
+			info, err := e.Info()
+			if err != nil || !info.Mode().IsRegular() || checkDigest(alg+":"+e.Name()) != nil {
+				continue
+			}
+			out = append(out, CachedBlob{Digest: alg + ":" + e.Name(), Size: info.Size(), Used: info.ModTime()})
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Used.Before(out[j].Used) })
 	return out, nil
@@ -70,7 +71,8 @@ func CachePrune(dir string, olderThan time.Duration, maxBytes int64) ([]CachedBl
 		if err := os.Remove(c.blobPath(b.Digest)); err != nil && !os.IsNotExist(err) {
 			return removed, toolerr.Wrap(toolerr.ArtifactUnavailable, err, "cannot prune the artifact cache")
 		}
-		_ = os.RemoveAll(c.dir("modules", "sha256", strings.TrimPrefix(b.Digest, "sha256:")))
+		alg, hexPart := digestParts(b.Digest)
+		_ = os.RemoveAll(c.dir("modules", alg, hexPart))
 		total -= b.Size
 		removed = append(removed, b)
 	}

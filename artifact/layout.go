@@ -2,7 +2,6 @@ package artifact
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -100,7 +99,8 @@ func (s *layoutSource) resolveTag(_ context.Context, tag string) (string, int64,
 }
 
 func (s *layoutSource) blobPath(d string) string {
-	return filepath.Join(s.dir, "blobs", "sha256", strings.TrimPrefix(d, "sha256:"))
+	alg, hexPart := digestParts(d)
+	return filepath.Join(s.dir, "blobs", alg, hexPart)
 }
 
 func (s *layoutSource) manifest(ctx context.Context, d string, size int64) ([]byte, error) {
@@ -154,7 +154,7 @@ func (s *layoutSource) open(d string, size, max int64, what string) (io.ReadClos
 		f.Close()
 		return nil, toolerr.New(toolerr.ArtifactIntegrityFailed, "OCI layout %s: %s %s has %d bytes, its descriptor says %d", s.dir, what, d, st.Size(), size)
 	}
-	return &verifier{r: f, c: f, digest: d, size: st.Size(), h: sha256.New(), what: what}, nil
+	return &verifier{r: f, c: f, digest: d, size: st.Size(), h: digestHash(d), what: what}, nil
 }
 
 // writeLayout stores blobs and a manifest in the OCI layout directory dir
@@ -170,7 +170,11 @@ func writeLayout(dir, tag string, blobs map[string][]byte, manifest []byte, mani
 	md := Digest(manifest)
 	blobs[md] = manifest
 	for d, b := range blobs {
-		p := filepath.Join(dir, "blobs", "sha256", strings.TrimPrefix(d, "sha256:"))
+		alg, hexPart := digestParts(d)
+		if err := os.MkdirAll(filepath.Join(dir, "blobs", alg), 0o755); err != nil {
+			return toolerr.Wrap(toolerr.ArtifactUnavailable, err, "cannot create the OCI layout")
+		}
+		p := filepath.Join(dir, "blobs", alg, hexPart)
 		if st, err := os.Stat(p); err == nil && st.Size() == int64(len(b)) {
 			continue
 		}

@@ -87,7 +87,8 @@ func TestDigestPinned(t *testing.T) {
 		"oci-layout:/tmp/l:v1":                   false,
 		"oci-layout:/tmp/l":                      false,
 		"a/b@sha256:short":                       false,
-		"a/b@sha512:" + strings.Repeat("a", 128): false,
+		"a/b@sha512:" + strings.Repeat("a", 128): true,
+		"a/b@sha512:" + strings.Repeat("a", 64):  false,
 		"":                                       false,
 	} {
 		if got := artifact.DigestPinned(ref); got != want {

@@ -1,7 +1,11 @@
 package artifact
 
 import (
+	"crypto/sha256"
+	"crypto/sha512"
+	"encoding/hex"
 	"fmt"
+	"hash"
 	"net"
 	"path/filepath"
 	"strings"
@@ -104,16 +108,17 @@ func parseLayoutRef(raw, rest string) (*imageRef, error) {
 	return r, nil
 }
 
-// checkDigest accepts only "sha256:" followed by 64 lowercase hex digits.
-// Digests name files in the cache and in layout directories, so nothing
-// else may pass.
+// checkDigest accepts only "sha256:" followed by 64 lowercase hex digits,
+// or "sha512:" and 128. Digests name files in the cache and in layout
+// directories, so nothing else may pass.
 func checkDigest(d string) error {
-	hexPart, ok := strings.CutPrefix(d, "sha256:")
-	if !ok {
-		return fmt.Errorf("digest %q: only sha256 digests are supported", d)
+	alg, hexPart, _ := strings.Cut(d, ":")
+	want := map[string]int{"sha256": 64, "sha512": 128}[alg]
+	if want == 0 {
+		return fmt.Errorf("digest %q: only sha256 and sha512 digests are supported", d)
 	}
-	if len(hexPart) != 64 {
-		return fmt.Errorf("digest %q: want 64 hex digits", d)
+	if len(hexPart) != want {
+		return fmt.Errorf("digest %q: want %d hex digits", d, want)
 	}
 	for _, c := range hexPart {
 		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
@@ -122,6 +127,32 @@ func checkDigest(d string) error {
 	}
 	return nil
 }
+
+// digestParts splits a checked digest into its algorithm and hex.
+func digestParts(d string) (alg, hexPart string) {
+	alg, hexPart, _ = strings.Cut(d, ":")
+	return alg, hexPart
+}
+
+// digestHash returns a new hash for digest d's algorithm.
+func digestHash(d string) hash.Hash {
+	if alg, _ := digestParts(d); alg == "sha512" {
+		return sha512.New()
+	}
+	return sha256.New()
+}
+
+// digestWith is the digest of b in the algorithm of digest d.
+func digestWith(d string, b []byte) string {
+	h := digestHash(d)
+	h.Write(b)
+	alg, _ := digestParts(d)
+	return alg + ":" + hex.EncodeToString(h.Sum(nil))
+}
+
+// digestAlgs are the algorithms digests may use, each a directory of
+// blobs in the cache and in layouts.
+var digestAlgs = []string{"sha256", "sha512"}
 
 // checkInsecureHost validates an --insecure-registry value: host:port (or a
 // bare host) whose host is loopback. Plain HTTP is never allowed elsewhere.

@@ -218,7 +218,7 @@ func (s *remoteSource) manifest(ctx context.Context, d string, size int64) ([]by
 	if err != nil {
 		return nil, err
 	}
-	if got := Digest(raw); got != d {
+	if got := digestWith(d, raw); got != d {
 		return nil, toolerr.New(toolerr.ArtifactIntegrityFailed, "manifest of %s hashes to %s, not the requested %s", s.ref, got, d)
 	}
 	if size >= 0 && int64(len(raw)) != size {

@@ -107,7 +107,7 @@ func (o *OCI) referrers(ctx context.Context, src source, d string) ([]Referrer, 
 			out = append(out, r)
 		}
 	}
-	hexPart := strings.TrimPrefix(d, "sha256:")
+	alg, hexPart := digestParts(d)
 	if rs, ok := src.(*remoteSource); ok {
 		idx, err := rs.referrersAPI(ctx, d)
 		if err != nil {
@@ -118,7 +118,7 @@ func (o *OCI) referrers(ctx context.Context, src source, d string) ([]Referrer, 
 		}
 	}
 	// The referrers tag schema: an index tagged sha256-<hex>.
-	if td, size, ok, err := o.optionalTag(ctx, src, "sha256-"+hexPart); err != nil {
+	if td, size, ok, err := o.optionalTag(ctx, src, alg+"-"+hexPart); err != nil {
 		return nil, err
 	} else if ok {
 		raw, err := src.manifest(ctx, td, size)
@@ -132,7 +132,7 @@ func (o *OCI) referrers(ctx context.Context, src source, d string) ([]Referrer, 
 		}
 	}
 	// Cosign's tag: sha256-<hex>.sig, the signature manifest itself.
-	if td, _, ok, err := o.optionalTag(ctx, src, "sha256-"+hexPart+".sig"); err != nil {
+	if td, _, ok, err := o.optionalTag(ctx, src, alg+"-"+hexPart+".sig"); err != nil {
 		return nil, err
 	} else if ok {
 		add(Referrer{Digest: td, MediaType: mediaTypeOCIManifest, ArtifactType: ArtifactTypeCosignSig, Via: "cosign tag"})
