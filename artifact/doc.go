@@ -14,7 +14,7 @@
 //	registry/repo:tag@sha256:<hex>    the digest decides
 //	oci-layout:<dir>[:tag|@sha256:…]  an OCI image layout directory
 //
-// Only sha256 digests are accepted. DigestPinned tells pinned refs apart;
+// sha256 and sha512 digests are accepted. DigestPinned tells pinned refs apart;
 // the executor refuses an unpinned imageRef for a strict tool
 // (artifact-refused).
 //
