@@ -231,7 +231,7 @@ func TestServeBootBounded(t *testing.T) {
 
 	t.Run("hung blob GET fails the boot with the step", func(t *testing.T) {
 		s.setHang("/blobs/"+layer.Digest, int(layer.Size))
-		p := startServe(t, serveArgs("--registry-timeout", "500ms")...)
+		p := startServe(t, serveArgs("--registry-timeout", "2s")...)
 		p.waitEvent("artifact-download", map[string]string{"digest": layer.Digest, "state": "started"})
 		ev := p.waitEvent("boot-failed", nil)
 		b, _ := json.Marshal(ev["problems"])
