@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/abi"
 	"github.com/sandboxd/sandboxd/egress"
+	"github.com/sandboxd/sandboxd/internal/fuel"
 	"github.com/sandboxd/sandboxd/internal/wasmbin"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/manifest"
@@ -45,8 +46,10 @@ var runtimeHelpers = map[string]bool{
 	"malloc": true, "free": true, "calloc": true, "realloc": true,
 }
 
+// isRuntimeHelper reports whether an export is a guest runtime's helper or
+// the fuel pass's own (its start function, fuel.StartExport).
 func isRuntimeHelper(name string) bool {
-	return runtimeHelpers[name] || strings.HasPrefix(name, "asyncify_") || strings.HasPrefix(name, "__")
+	return runtimeHelpers[name] || strings.HasPrefix(name, "asyncify_") || strings.HasPrefix(name, "__") || name == fuel.StartExport
 }
 
 // isEntrySig reports whether f is callable as an Extism function: no

@@ -563,3 +563,58 @@ func TestExtismGoExample(t *testing.T) {
 		t.Fatalf("greet empty: %s %v", te.Message, te.Details)
 	}
 }
+
+// The AssemblyScript PDK example (no WASI): built with asc from
+// examples/extism-as/node_modules (npm ci, .ci/deps.d/20-extism.sh). Its
+// module gets a start function from the fuel pass, which is not an entry
+// candidate.
+func TestExtismASExample(t *testing.T) {
+	dir := filepath.Join("..", "examples", "extism-as")
+	asc := filepath.Join(dir, "node_modules", ".bin", "asc")
+	if _, err := os.Stat(asc); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is missing (npm ci in examples/extism-as); CI=true requires it: %v", asc, err)
+		}
+		t.Skipf("%s is missing (npm ci in examples/extism-as)", asc)
+	}
+	out := filepath.Join(t.TempDir(), "extism-as.wasm")
+	cmd := exec.Command("node_modules/.bin/asc", "index.ts", "--outFile", out, "--optimize", "--use", "abort=index/myAbort")
+	cmd.Dir = dir
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("asc: %v\n%s", err, b)
+	}
+	wasm, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "shout.tool.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newExecutor(t)
+	for _, posture := range postures {
+		var m map[string]any
+		_ = json.Unmarshal(raw, &m)
+		m["sandbox"] = posture
+		b, _ := json.Marshal(m)
+		tool, err := e.Load(context.Background(), b, executor.WithModule(wasm))
+		if err != nil {
+			t.Fatalf("%s: %v", posture, err)
+		}
+		t.Cleanup(func() { _ = tool.Close(context.Background()) })
+		for _, c := range []struct{ in, suffix, want string }{{"hello world", "", `"HELLO WORLD!"`}, {"héllo", "?!", `"HÉLLO?!"`}} {
+			cc := executor.CallContext{}
+			if c.suffix != "" {
+				cc = rawConfig("suffix", c.suffix)
+			}
+			res, err := callExtism(t, tool, c.in, cc)
+			if err != nil || string(res.Output) != c.want {
+				t.Fatalf("%s %q: %s, %v; want %s", posture, c.in, res.Output, err, c.want)
+			}
+		}
+		_, err = callExtism(t, tool, "", executor.CallContext{})
+		if te := wantCode(t, err, toolerr.HandlerError); te.Details["returned"] != int32(1) {
+			t.Fatalf("%s empty: %s %v", posture, te.Message, te.Details)
+		}
+	}
+}
