@@ -2,7 +2,12 @@ package executor_test
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -616,5 +621,65 @@ func TestExtismASExample(t *testing.T) {
 		if te := wantCode(t, err, toolerr.HandlerError); te.Details["returned"] != int32(1) {
 			t.Fatalf("%s empty: %s %v", posture, te.Message, te.Details)
 		}
+	}
+}
+
+// publicResolver answers one public address for every name; the recording
+// dialer below never connects to it.
+type publicResolver struct{}
+
+func (publicResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
+	return []netip.Addr{netip.MustParseAddr("93.184.216.34")}, nil
+}
+
+// extism_test.go TestHTTP_allowed: http.wasm (TinyGo) GETs
+// https://jsonplaceholder.typicode.com/todos/1 through sandboxd's egress
+// engine. A fake resolver answers a public address and a recording dialer
+// connects every dial to a loopback TLS server instead, so nothing leaves
+// the machine; the test's TLS config skips verification of that server's
+// certificate (it is not jsonplaceholder's).
+func TestExtismHTTPAllowed(t *testing.T) {
+	wasm := extismPlugin(t, "http.wasm")
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/todos/1" || r.Host != "jsonplaceholder.typicode.com" {
+			http.Error(w, "unexpected "+r.Host+r.URL.Path, http.StatusNotFound)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"userId": 1, "id": 1, "title": "delectus aut autem", "completed": false}`))
+	}))
+	defer srv.Close()
+	var mu sync.Mutex
+	var dialed []string
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		mu.Lock()
+		dialed = append(dialed, addr)
+		mu.Unlock()
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", srv.Listener.Addr().String())
+	}
+	e := newExecutor(t, func(c executor.Config) executor.Config {
+		return c.WithEgressResolver(publicResolver{}).WithEgressDialer(dial).WithEgressTLS(&tls.Config{InsecureSkipVerify: true})
+	})
+	for _, posture := range postures {
+		tool := mustLoadExtism(t, e, wasm, "run_test", posture, withNetwork("allowlist", "jsonplaceholder.typicode.com"))
+		res, err := callExtism(t, tool, "", executor.CallContext{})
+		if err != nil {
+			t.Fatalf("%s: %v", posture, err)
+		}
+		jsonEqual(t, res.Output, `{"userId": 1, "id": 1, "title": "delectus aut autem", "completed": false}`)
+		if len(res.Egress) != 1 || !res.Egress[0].Allowed || res.Egress[0].Status != 200 {
+			t.Fatalf("%s: egress audit %+v", posture, res.Egress)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, a := range dialed {
+		if a != "93.184.216.34:443" {
+			t.Fatalf("dialled %s", a)
+		}
+	}
+	if len(dialed) == 0 {
+		t.Fatal("nothing was dialled")
 	}
 }
