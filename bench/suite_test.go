@@ -84,6 +84,7 @@ func TestSuite(t *testing.T) {
 	coldStart(t, r)
 	throughput(t, r)
 	memory(t, r)
+	extismPluginRows(t, r) // extism_plugins_test.go
 	r.p("\n_Suite wall time: %s._", time.Since(began).Round(time.Second))
 	if err := os.WriteFile(*out, []byte(r.b.String()), 0o644); err != nil {
 		t.Fatal(err)
