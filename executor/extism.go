@@ -431,7 +431,8 @@ func (abiExtism) instantiateHost(ctx context.Context, r wazero.Runtime, t *Tool)
 	for name, level := range map[string]int32{"log_trace": abi.LogDebug, "log_debug": abi.LogDebug, "log_info": abi.LogInfo, "log_warn": abi.LogWarn, "log_error": abi.LogError} {
 		def(name, func(ctx context.Context, s []uint64) {
 			inv, k := extismCall(ctx, name)
-			msg := readBlock(ctx, k, s[0], maxLogLine)
+			msg := k.blockBytes(s[0], maxLogLine) // a longer message is cut, as ABI v1's log does
+			chargeBytes(ctx, uint64(len(msg)))
 			k.free(s[0])
 			if admitLog(ctx, inv, len(msg)) { // writers.go: the call's log caps
 				t.exec.emitLog(LogRecord{ToolID: t.ID(), Level: level, Msg: sanitizeLine(msg)})

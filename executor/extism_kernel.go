@@ -114,10 +114,15 @@ func (k *kernel) bump(n uint64) uint64 {
 	return h
 }
 
-// reuse takes the first free block of at least n bytes, splitting it when
-// enough would be left over.
+// maxReuseScan bounds how many free blocks one alloc looks at, so that a
+// guest that freed many blocks cannot make every allocation walk them all
+// (host work no fuel pays for); past it the memory grows.
+const maxReuseScan = 256
+
+// reuse takes the first free block of at least n bytes among the first
+// maxReuseScan, splitting it when enough would be left over.
 func (k *kernel) reuse(n uint64) uint64 {
-	for i, h := range k.freed {
+	for i, h := range k.freed[:min(len(k.freed), maxReuseScan)] {
 		b := k.blocks[h]
 		if b == nil || b.active || b.size < n {
 			continue
@@ -266,7 +271,7 @@ func (k *kernel) setInput(b []byte) bool {
 // reset clears every block and the input, output and error, as Extism's
 // reset does; the pages stay (zeroed). It returns the bytes it cleared.
 func (k *kernel) reset() uint64 {
-	used := min(k.pos, k.size())
+	used := k.size() // a guest may have stored anywhere in kernel memory
 	for _, p := range k.pages {
 		clear(p)
 	}
