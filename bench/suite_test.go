@@ -83,6 +83,7 @@ func TestSuite(t *testing.T) {
 	instantiation(t, r)
 	coldStart(t, r)
 	throughput(t, r)
+	serving(t, r)
 	memory(t, r)
 	extismPluginRows(t, r) // extism_plugins_test.go
 	r.p("\n_Suite wall time: %s._", time.Since(began).Round(time.Second))
