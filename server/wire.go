@@ -181,9 +181,11 @@ func parseFrame(body []byte) (*invoke, *wireError) {
 		e := protoErr(code, format, args...)
 		return nil, &e
 	}
-	var top map[string]json.RawMessage
-	if err := strictUnmarshal(body, &top); err != nil {
-		return fail(WireMalformedMessage, "the request is not a JSON object: %v", err)
+	top, fast := splitObject(body)
+	if !fast {
+		if err := strictUnmarshal(body, &top); err != nil {
+			return fail(WireMalformedMessage, "the request is not a JSON object: %v", err)
+		}
 	}
 	if top == nil {
 		return fail(WireMalformedMessage, "the request is not a JSON object: null")
@@ -202,9 +204,11 @@ func parseFrame(body []byte) (*invoke, *wireError) {
 		return fail(WireUnknownProtocolVersion, "protocol version %s is not supported (this service speaks v2)", clip(string(rawV)))
 	}
 versionOK:
-	var kind string
-	if err := json.Unmarshal(top["kind"], &kind); err != nil || top["kind"] == nil {
-		return fail(WireMalformedMessage, "the request has no string \"kind\"")
+	kind, fastKind := plainString(top["kind"])
+	if !fastKind {
+		if err := json.Unmarshal(top["kind"], &kind); err != nil || top["kind"] == nil {
+			return fail(WireMalformedMessage, "the request has no string \"kind\"")
+		}
 	}
 	switch kind {
 	case "invoke":
@@ -221,16 +225,24 @@ versionOK:
 		}
 	}
 	var inv invoke
-	var tool map[string]json.RawMessage
-	if err := json.Unmarshal(top["tool"], &tool); err != nil || tool == nil {
-		return fail(WireMalformedMessage, "\"tool\" must be an object {id, version?}")
+	tool, fastTool := splitObject(top["tool"])
+	if !fastTool {
+		if err := json.Unmarshal(top["tool"], &tool); err != nil || tool == nil {
+			return fail(WireMalformedMessage, "\"tool\" must be an object {id, version?}")
+		}
 	}
 	for k := range tool {
 		if k != "id" && k != "version" {
 			return fail(WireMalformedMessage, "unknown field %q in \"tool\"", clip(k))
 		}
 	}
-	if err := json.Unmarshal(tool["id"], &inv.toolID); err != nil || inv.toolID == "" {
+	var fastID bool
+	if inv.toolID, fastID = plainString(tool["id"]); !fastID {
+		if err := json.Unmarshal(tool["id"], &inv.toolID); err != nil {
+			return fail(WireMalformedMessage, "\"tool.id\" must be a non-empty string")
+		}
+	}
+	if inv.toolID == "" {
 		return fail(WireMalformedMessage, "\"tool.id\" must be a non-empty string")
 	}
 	if v, ok := tool["version"]; ok {
@@ -313,9 +325,11 @@ type wireCheckResult struct {
 // the known optional fields must have their types, unknown fields are
 // accepted and ignored. It returns a problem description or "".
 func parseCallContext(raw json.RawMessage, cc *executor.CallContext) string {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
-		return "\"ctx\" must be an object {tenantId, runId, …}"
+	m, fast := splitObject(raw)
+	if !fast {
+		if err := json.Unmarshal(raw, &m); err != nil || m == nil {
+			return "\"ctx\" must be an object {tenantId, runId, …}"
+		}
 	}
 	str := func(name string, dst *string, required bool) string {
 		v, ok := m[name]
@@ -323,6 +337,10 @@ func parseCallContext(raw json.RawMessage, cc *executor.CallContext) string {
 			if required {
 				return fmt.Sprintf("\"ctx.%s\" is required", name)
 			}
+			return ""
+		}
+		if s, ok := plainString(v); ok {
+			*dst = s
 			return ""
 		}
 		if err := json.Unmarshal(v, dst); err != nil || string(v) == "null" {

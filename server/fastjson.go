@@ -1,0 +1,256 @@
+package server
+
+import "encoding/json"
+
+// This file is a fast path for parseFrame: it splits a JSON object into
+// its members in one pass, with no reflection, for the frames every call
+// sends. It accepts only what encoding/json accepts and yields exactly
+// what json.Unmarshal into a map[string]json.RawMessage would (each value
+// trimmed of whitespace, the last of duplicate keys winning), but it gives
+// up (ok false) on anything it does not handle simply — a key with an
+// escape or a non-ASCII byte, a value nested deeper than fastMaxDepth, any
+// syntax error — and the caller then takes the encoding/json path, which
+// answers those cases (and words every error) as before.
+//
+// The values alias b (json.Unmarshal would copy them): b must not be
+// modified while they are in use.
+
+// fastMaxDepth bounds the nesting the fast path follows (encoding/json
+// allows 10000; deeper values take the slow path and its error).
+const fastMaxDepth = 512
+
+// splitObject returns the members of the JSON object b (b holds that one
+// value, optionally surrounded by whitespace).
+func splitObject(b []byte) (map[string]json.RawMessage, bool) {
+	i := skipWS(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return nil, false
+	}
+	m := make(map[string]json.RawMessage, 8)
+	i = skipWS(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		if skipWS(b, i+1) != len(b) {
+			return nil, false
+		}
+		return m, true
+	}
+	for {
+		if i >= len(b) || b[i] != '"' {
+			return nil, false
+		}
+		ks := i + 1
+		j := ks
+		for j < len(b) && b[j] != '"' {
+			if c := b[j]; c < 0x20 || c >= 0x80 || c == '\\' {
+				return nil, false
+			}
+			j++
+		}
+		if j >= len(b) {
+			return nil, false
+		}
+		key := string(b[ks:j])
+		i = skipWS(b, j+1)
+		if i >= len(b) || b[i] != ':' {
+			return nil, false
+		}
+		i = skipWS(b, i+1)
+		end, ok := scanValue(b, i, 0)
+		if !ok {
+			return nil, false
+		}
+		m[key] = json.RawMessage(b[i:end:end])
+		i = skipWS(b, end)
+		if i >= len(b) {
+			return nil, false
+		}
+		if b[i] == '}' {
+			if skipWS(b, i+1) != len(b) {
+				return nil, false
+			}
+			return m, true
+		}
+		if b[i] != ',' {
+			return nil, false
+		}
+		i = skipWS(b, i+1)
+	}
+}
+
+// plainString returns the value of the JSON string raw when it is printable
+// ASCII without escapes (what json.Unmarshal into a string would give).
+func plainString(raw []byte) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return "", false
+	}
+	for _, c := range raw[1 : len(raw)-1] {
+		if c < 0x20 || c >= 0x7f || c == '\\' || c == '"' {
+			return "", false
+		}
+	}
+	return string(raw[1 : len(raw)-1]), true
+}
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) {
+		switch b[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// scanValue checks the JSON value starting at b[i] and returns the index
+// just past it.
+func scanValue(b []byte, i, depth int) (int, bool) {
+	if i >= len(b) {
+		return 0, false
+	}
+	switch c := b[i]; {
+	case c == '"':
+		return scanString(b, i)
+	case c == '{' || c == '[':
+		if depth >= fastMaxDepth {
+			return 0, false
+		}
+		closer := byte('}')
+		if c == '[' {
+			closer = ']'
+		}
+		i = skipWS(b, i+1)
+		if i < len(b) && b[i] == closer {
+			return i + 1, true
+		}
+		for {
+			if c == '{' {
+				var ok bool
+				if i >= len(b) || b[i] != '"' {
+					return 0, false
+				}
+				if i, ok = scanString(b, i); !ok {
+					return 0, false
+				}
+				i = skipWS(b, i)
+				if i >= len(b) || b[i] != ':' {
+					return 0, false
+				}
+				i = skipWS(b, i+1)
+			}
+			end, ok := scanValue(b, i, depth+1)
+			if !ok {
+				return 0, false
+			}
+			i = skipWS(b, end)
+			if i >= len(b) {
+				return 0, false
+			}
+			if b[i] == closer {
+				return i + 1, true
+			}
+			if b[i] != ',' {
+				return 0, false
+			}
+			i = skipWS(b, i+1)
+		}
+	case c == '-' || (c >= '0' && c <= '9'):
+		return scanNumber(b, i)
+	case c == 't':
+		return scanLit(b, i, "true")
+	case c == 'f':
+		return scanLit(b, i, "false")
+	case c == 'n':
+		return scanLit(b, i, "null")
+	}
+	return 0, false
+}
+
+func scanLit(b []byte, i int, lit string) (int, bool) {
+	if len(b)-i < len(lit) || string(b[i:i+len(lit)]) != lit {
+		return 0, false
+	}
+	return i + len(lit), true
+}
+
+// scanString checks the string starting at b[i] (a '"'). Bytes ≥ 0x80 are
+// taken as they are, as encoding/json does (it replaces invalid UTF-8 when
+// it decodes, which RawMessage does not).
+func scanString(b []byte, i int) (int, bool) {
+	i++
+	for i < len(b) {
+		c := b[i]
+		switch {
+		case c == '"':
+			return i + 1, true
+		case c < 0x20:
+			return 0, false
+		case c == '\\':
+			if i+1 >= len(b) {
+				return 0, false
+			}
+			switch b[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if i+6 > len(b) {
+					return 0, false
+				}
+				for _, h := range b[i+2 : i+6] {
+					if !isHex(h) {
+						return 0, false
+					}
+				}
+				i += 6
+			default:
+				return 0, false
+			}
+		default:
+			i++
+		}
+	}
+	return 0, false
+}
+
+func isHex(c byte) bool {
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
+}
+
+// scanNumber checks -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?.
+func scanNumber(b []byte, i int) (int, bool) {
+	if b[i] == '-' {
+		i++
+	}
+	digits := func() bool {
+		s := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		return i > s
+	}
+	if i >= len(b) {
+		return 0, false
+	}
+	if b[i] == '0' {
+		i++
+	} else if !digits() {
+		return 0, false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if !digits() {
+			return 0, false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if !digits() {
+			return 0, false
+		}
+	}
+	return i, true
+}

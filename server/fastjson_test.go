@@ -1,0 +1,66 @@
+package server
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// checkSplit fails when splitObject accepts b but json.Unmarshal into a
+// map[string]json.RawMessage refuses it or gives other members, and
+// likewise for plainString.
+func checkSplit(t *testing.T, b []byte) (fast bool) {
+	t.Helper()
+	m, ok := splitObject(b)
+	var want map[string]json.RawMessage
+	err := json.Unmarshal(b, &want)
+	if ok {
+		if err != nil {
+			t.Fatalf("splitObject accepted %q, encoding/json: %v", b, err)
+		}
+		if !reflect.DeepEqual(m, want) {
+			t.Fatalf("splitObject(%q) = %q, encoding/json %q", b, m, want)
+		}
+	}
+	if s, ok := plainString(b); ok {
+		var w string
+		if err := json.Unmarshal(b, &w); err != nil || w != s {
+			t.Fatalf("plainString(%q) = %q, encoding/json %q %v", b, s, w, err)
+		}
+	}
+	return ok
+}
+
+func TestSplitObjectAgreesWithEncodingJSON(t *testing.T) {
+	fast := []string{
+		`{}`, ` { } `, `{"v":2,"kind":"invoke","tool":{"id":"a.b"},"input":{"data":"` + strings.Repeat("x", 1024) + `"},"ctx":{"tenantId":"t1","runId":"r1"}}`,
+		`{"a":1,"a":2}`, `{"a":[1,-0,0.5,1e9,-2E-3,true,false,null,"\u00e9\n\\\"\/"],"b":{"c":{}}}`,
+		"{\"a\" : \"\xff\xfe\" ,\n\"b\":[ ]}\r\n", "{\"k\x7f\":1}",
+	}
+	for _, s := range fast {
+		if !checkSplit(t, []byte(s)) {
+			t.Errorf("fast path refused %q", s)
+		}
+	}
+	slow := []string{
+		``, `null`, `[]`, `{`, `{"a"}`, `{"a":}`, `{"a":1,}`, `{"a":01}`, `{"a":1.}`, `{"a":-}`, `{"a":1e}`,
+		`{"a":tru}`, `{"a":"\x"}`, `{"a":"\u12"}`, "{\"a\":\"\x01\"}", `{"a":1}x`, `{"a":1}{}`, `{"\u0061":1}`,
+		"{\"é\":1}", `{"a":[1 2]}`, `{"a":{"b" 1}}`, `{"a":` + strings.Repeat("[", 600) + strings.Repeat("]", 600) + `}`,
+	}
+	for _, s := range slow {
+		if checkSplit(t, []byte(s)) {
+			t.Errorf("fast path accepted %q", s)
+		}
+	}
+	for _, s := range []string{`"a.b"`, `""`, `"\u0041"`, "\"\xff\"", `"a"b"`, `1`, `"`} {
+		checkSplit(t, []byte(s))
+	}
+}
+
+func FuzzSplitObject(f *testing.F) {
+	for _, s := range []string{`{"v":2,"kind":"invoke","tool":{"id":"x"},"input":{},"ctx":{"tenantId":"t","runId":"r"}}`, `{"a":[1,{"b":null}]}`, `"s"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { checkSplit(t, b) })
+}
