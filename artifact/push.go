@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"strings"
 	"sync"
 	"time"
@@ -261,20 +260,3 @@ func (o *OCI) Push(ctx context.Context, imageRef, version string, modules []Push
 	}
 	return art, nil
 }
-
-type progressReader struct {
-	rc io.ReadCloser
-	n  int64
-	fn func(int64)
-}
-
-func (r *progressReader) Read(p []byte) (int, error) {
-	n, err := r.rc.Read(p)
-	if n > 0 {
-		r.n += int64(n)
-		r.fn(r.n)
-	}
-	return n, err
-}
-
-func (r *progressReader) Close() error { return r.rc.Close() }

@@ -65,11 +65,10 @@ func (u *uploader) send(ctx context.Context, method, target, contentType string,
 	}
 	if b != nil {
 		newBody := func() io.ReadCloser {
-			var r io.Reader = bytes.NewReader(b)
 			if progress != nil {
-				r = &progressReader{rc: io.NopCloser(r), fn: progress}
+				return io.NopCloser(&progressBytes{b: b, fn: progress})
 			}
-			return io.NopCloser(r)
+			return io.NopCloser(bytes.NewReader(b))
 		}
 		req.Body = newBody()
 		req.GetBody = func() (io.ReadCloser, error) { return newBody(), nil }
@@ -145,4 +144,39 @@ func checkUploadLocation(from, to *url.URL) error {
 		return fmt.Errorf("refusing the upload location %s: another host on a local address", to.Redacted())
 	}
 	return nil
+}
+
+// progressBytes is an upload body that reports its progress. It writes
+// itself in 1 MiB slices (WriteTo), so the transport sends large writes
+// instead of copying it through its 4 KiB buffer (a plain Read wrapper
+// cost 6400 write calls per 25 MB).
+type progressBytes struct {
+	b   []byte
+	off int
+	fn  func(int64)
+}
+
+func (p *progressBytes) Read(q []byte) (int, error) {
+	if p.off >= len(p.b) {
+		return 0, io.EOF
+	}
+	n := copy(q, p.b[p.off:])
+	p.off += n
+	p.fn(int64(p.off))
+	return n, nil
+}
+
+func (p *progressBytes) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for p.off < len(p.b) {
+		end := min(p.off+1<<20, len(p.b))
+		n, err := w.Write(p.b[p.off:end])
+		p.off += n
+		total += int64(n)
+		p.fn(int64(p.off))
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
 }

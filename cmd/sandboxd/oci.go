@@ -191,7 +191,10 @@ func cmdPush(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	ctx, cancel := context.WithTimeout(ctx, c.flags.timeout)
 	defer cancel()
 	prog := newProgress(stdout, stderr)
-	pushOpts := []artifact.CallOption{artifact.WithProgress(prog.update)}
+	var pushOpts []artifact.CallOption
+	if prog.on {
+		pushOpts = append(pushOpts, artifact.WithProgress(prog.update))
+	}
 	if len(annotations) > 0 {
 		ann := map[string]string{}
 		for _, a := range annotations {
@@ -256,7 +259,11 @@ func cmdPull(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	ctx, cancel := context.WithTimeout(ctx, c.flags.timeout)
 	defer cancel()
 	prog := newProgress(stdout, stderr)
-	art, err := oci.Pull(ctx, pos[0], artifact.WithProgress(prog.update))
+	var pullOpts []artifact.CallOption
+	if prog.on {
+		pullOpts = append(pullOpts, artifact.WithProgress(prog.update))
+	}
+	art, err := oci.Pull(ctx, pos[0], pullOpts...)
 	prog.finish()
 	if err != nil {
 		return c.fail(err)
