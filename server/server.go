@@ -572,21 +572,30 @@ type callRecord struct {
 }
 
 func (s *Server) record(rec *callRecord) {
-	attrs := []any{"id", clipID(rec.id), "target", rec.target, "outcome", rec.outcome,
-		"durationMs", time.Since(rec.start).Milliseconds(), "tenantId", clipID(rec.cc.TenantID), "runId", clipID(rec.cc.RunID)}
+	// slog.Attr values, not ...any: the same event without boxing each
+	// value (the array holds the most attributes a record has).
+	var buf [11]slog.Attr
+	attrs := append(buf[:0], slog.String("id", clipID(rec.id)), slog.String("target", rec.target), slog.String("outcome", rec.outcome),
+		slog.Int64("durationMs", time.Since(rec.start).Milliseconds()), slog.String("tenantId", clipID(rec.cc.TenantID)), slog.String("runId", clipID(rec.cc.RunID)))
 	if rec.cc.RequestID != "" {
-		attrs = append(attrs, "requestId", clipID(rec.cc.RequestID))
+		attrs = append(attrs, slog.String("requestId", clipID(rec.cc.RequestID)))
 	}
 	if rec.traceID != "" {
-		attrs = append(attrs, "traceId", rec.traceID, "spanId", rec.spanID)
+		attrs = append(attrs, slog.String("traceId", rec.traceID), slog.String("spanId", rec.spanID))
 	}
 	if rec.callID != "" {
-		attrs = append(attrs, "callId", rec.callID)
+		attrs = append(attrs, slog.String("callId", rec.callID))
 	}
 	if rec.code != "" {
-		attrs = append(attrs, "code", rec.code)
+		attrs = append(attrs, slog.String("code", rec.code))
 	}
-	s.log.Info("call", attrs...)
+	s.log.LogAttrs(context.Background(), slog.LevelInfo, "call", attrs...)
+}
+
+// answerKeys are the canonical forms of the headers every 200 answer sets.
+var answerKeys = struct{ contentType, duration, artifact, usage, callID string }{
+	http.CanonicalHeaderKey("Content-Type"), http.CanonicalHeaderKey(HeaderDuration), http.CanonicalHeaderKey(HeaderArtifact),
+	http.CanonicalHeaderKey(HeaderUsage), http.CanonicalHeaderKey(HeaderCallID),
 }
 
 // answer writes a 200 pack-protocol response with the headers every 200
@@ -605,16 +614,18 @@ func (s *Server) answer(w http.ResponseWriter, artifactVersion string, start tim
 		s.internal(w, artifactVersion, fmt.Errorf("cannot encode the answer: %w", err))
 		return
 	}
+	// The keys are canonical already (answerKeys): set directly, as
+	// Header.Set would, without canonicalising them on every answer.
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set(HeaderDuration, strconv.FormatInt(time.Since(start).Milliseconds(), 10))
-	h.Set(HeaderArtifact, artifactVersion)
+	h[answerKeys.contentType] = []string{"application/json"}
+	h[answerKeys.duration] = []string{strconv.FormatInt(time.Since(start).Milliseconds(), 10)}
+	h[answerKeys.artifact] = []string{artifactVersion}
 	if usage != nil {
 		u, _ := json.Marshal(usage)
-		h.Set(HeaderUsage, string(u))
+		h[answerKeys.usage] = []string{string(u)}
 	}
 	if callID != "" {
-		h.Set(HeaderCallID, callID)
+		h[answerKeys.callID] = []string{callID}
 	}
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)
