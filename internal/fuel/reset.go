@@ -27,7 +27,8 @@ import (
 // mutable globals hold numbers (i32, i64, f32, f64); no code changes a table
 // or drops a segment (table.set, table.grow, table.fill, table.copy,
 // table.init, elem.drop, data.drop); its imports come from
-// wasi_snapshot_preview1, HostStatelessModule or ImportModule; and every use
+// wasi_snapshot_preview1, HostStatelessModule, ExtismStatelessModule or
+// ImportModule; and every use
 // of a state-changing import is a direct call (never return_call, ref.func,
 // an element segment or an export), so that the dirty flag sees every one.
 // Memory growth is not decided statically: the host compares the size after
@@ -41,6 +42,11 @@ const (
 	// HostStatelessModule is the import module whose functions keep no
 	// per-instance state (sandboxd's ABI: its state belongs to the call).
 	HostStatelessModule = "sandboxd_v1"
+	// ExtismStatelessModule is the Extism ABI's import module: sandboxd's
+	// Extism kernel belongs to the call, and the vars it keeps per instance
+	// are emptied at every call of a recyclable (context-isolated) tool
+	// (executor/extism.go).
+	ExtismStatelessModule = "extism:host/env"
 )
 
 // statelessWASI lists the WASI preview1 functions that leave nothing behind
@@ -85,7 +91,7 @@ func (m *Module) planReset() *resetPlan {
 			if !statelessWASI[imp.Name] {
 				p.stateful[uint32(i)] = true
 			}
-		case HostStatelessModule:
+		case HostStatelessModule, ExtismStatelessModule:
 		default:
 			p.refuse("it imports %s.%s, whose host state the pass does not know", imp.Module, imp.Name)
 		}
