@@ -683,3 +683,28 @@ func TestExtismHTTPAllowed(t *testing.T) {
 		t.Fatal("nothing was dialled")
 	}
 }
+
+// A recycled context-isolated instance (the fuel pass finds Extism plug-ins
+// resettable: extism:host/env keeps no per-instance state but vars, and
+// begin empties those) starts every call with no vars. The Go PDK example
+// keeps a running total in a var; its memory does not grow per call, so
+// its instances are recycled (go-sdk's Rust count_vowels grows its memory
+// in every call, so its instances are closed instead).
+func TestExtismRecycledInstanceHasNoVars(t *testing.T) {
+	wasm := buildExtismGo(t)
+	e := newExecutor(t)
+	tool := mustLoadExtism(t, e, wasm, "count_vowels", "context-isolated", nil)
+	for i := 0; i < 200 && tool.RecycledCalls() < 3; i++ {
+		res, err := callExtism(t, tool, "aaa", executor.CallContext{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(res.Output) != `{"count":3,"total":3,"vowels":"aeiouAEIOU"}` {
+			t.Fatalf("call %d: %s: a var survived the call", i+1, res.Output)
+		}
+		time.Sleep(time.Millisecond) // let the refill goroutine recycle
+	}
+	if n := tool.RecycledCalls(); n < 3 {
+		t.Fatalf("only %d calls were served by a recycled instance", n)
+	}
+}
