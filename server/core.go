@@ -147,7 +147,7 @@ func (s *Server) Admit() (*Ticket, Refusal) {
 	// The drain check and the registration are atomic, so a drain waits
 	// for exactly the calls it let in.
 	s.lifeMu.Lock()
-	if s.draining {
+	if s.draining.Load() {
 		s.lifeMu.Unlock()
 		s.metrics.reject(string(RefusedDraining))
 		return nil, RefusedDraining

@@ -88,7 +88,7 @@ func (s *Server) Drain() int { return s.drainUntil(time.Now().Add(s.opts.DrainTi
 // drainUntil is Drain with an absolute deadline.
 func (s *Server) drainUntil(deadline time.Time) int {
 	s.lifeMu.Lock()
-	s.draining = true
+	s.draining.Store(true)
 	s.lifeMu.Unlock()
 	s.log.Info("draining", "inflight", s.active.Load(), "timeoutMs", s.opts.DrainTimeout.Milliseconds())
 	done := make(chan struct{})

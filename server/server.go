@@ -118,8 +118,11 @@ type Server struct {
 	bodies  byteBudget
 	metrics *metrics
 
+	// lifeMu makes Admit's drain check and its registration atomic with
+	// respect to a drain; draining is read without it elsewhere (it is
+	// only ever set, under lifeMu).
 	lifeMu   sync.Mutex
-	draining bool
+	draining atomic.Bool
 	accepted sync.WaitGroup // invokes admitted past the drain check
 	active   atomic.Int64
 	// guests tracks guest runs, which can outlive their handler (a call is
@@ -264,10 +267,7 @@ func (s *Server) current() *catalog {
 // Ready reports whether /readyz answers ready: tools loaded, not draining,
 // and (unless EnvCheckWarn) no required env name missing.
 func (s *Server) Ready() bool {
-	s.lifeMu.Lock()
-	d := s.draining
-	s.lifeMu.Unlock()
-	if d {
+	if s.draining.Load() {
 		return false
 	}
 	c := s.current()
@@ -275,11 +275,7 @@ func (s *Server) Ready() bool {
 	return s.opts.EnvCheckWarn || len(c.missingEnv()) == 0
 }
 
-func (s *Server) isDraining() bool {
-	s.lifeMu.Lock()
-	defer s.lifeMu.Unlock()
-	return s.draining
-}
+func (s *Server) isDraining() bool { return s.draining.Load() }
 
 // admission is the global concurrency cap with a bounded queue.
 type admission struct {
@@ -695,7 +691,6 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 	_ = rc.SetReadDeadline(bodyBy)
 	body, err := br.read(r)
 	_ = rc.SetReadDeadline(time.Time{})
-	artifact := s.artifactVersion()
 	if err != nil {
 		// The rest of the body will not be read: close the connection
 		// after the answer instead of waiting to drain it.
@@ -708,9 +703,9 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		case errors.Is(err, errTooLarge) || errors.As(err, &mbe):
 			transportError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes", MaxBodyBytes))
 		case byCall && (errors.Is(err, os.ErrDeadlineExceeded) || !time.Now().Before(deadline)):
-			s.answer(w, artifact, start, protoErr(WireDeadlineExceeded, "the %d ms deadline passed while the request body was still arriving", timeout.Milliseconds()), nil, "")
+			s.answer(w, s.artifactVersion(), start, protoErr(WireDeadlineExceeded, "the %d ms deadline passed while the request body was still arriving", timeout.Milliseconds()), nil, "")
 		case errors.Is(err, os.ErrDeadlineExceeded) || !time.Now().Before(bodyBy):
-			s.answer(w, artifact, start, protoErr(WireDeadlineExceeded, "the request body did not arrive within %d ms (the body deadline)", s.opts.BodyTimeout.Milliseconds()), nil, "")
+			s.answer(w, s.artifactVersion(), start, protoErr(WireDeadlineExceeded, "the request body did not arrive within %d ms (the body deadline)", s.opts.BodyTimeout.Milliseconds()), nil, "")
 		default:
 			// The client went away mid-body: nothing ran, nobody to answer.
 		}
@@ -719,7 +714,7 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 	traceID, spanID := ParseTraceparent(r.Header.Get(HeaderTraceparent))
 	inv, werr := parseFrame(body)
 	if werr != nil {
-		s.answer(w, artifact, start, werr, nil, "")
+		s.answer(w, s.artifactVersion(), start, werr, nil, "")
 		return
 	}
 	if inv.ctx.RunID == "" {
