@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -10,8 +11,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -267,44 +271,99 @@ func postLoop(hc *http.Client, url string, body []byte, conc int, d time.Duratio
 	return l, nil
 }
 
+// loadEnv selects TestServingLoadChild: the load client of serveVsFloor,
+// run as a child process so that this process's CPU is the server's alone.
+const loadEnv = "SANDBOXD_BENCH_LOAD"
+
+// TestServingLoadChild is the child: it posts the frame in $SANDBOXD_BENCH_LOAD_BODY
+// to $SANDBOXD_BENCH_LOAD from $..._CONC goroutines, warms for 100 ms,
+// prints "go", measures for $..._MS ms and prints "calls elapsedNs p50Ns".
+func TestServingLoadChild(t *testing.T) {
+	url := os.Getenv(loadEnv)
+	if url == "" {
+		t.Skip("the load child of serveVsFloor")
+	}
+	conc, _ := strconv.Atoi(os.Getenv(loadEnv + "_CONC"))
+	msec, _ := strconv.Atoi(os.Getenv(loadEnv + "_MS"))
+	body := []byte(os.Getenv(loadEnv + "_BODY"))
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	if _, err := postLoop(hc, url, body, conc, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("go")
+	l, err := postLoop(hc, url, body, conc, time.Duration(msec)*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("%d %d %d\n", l.calls, int64(l.elapsed), int64(l.lat.quantile(0.5)))
+}
+
+// childLoad runs the load child against url and returns what it measured
+// with this process's CPU time while it measured.
+func childLoad(t *testing.T, url string, body []byte, conc int, d time.Duration) httpLoad {
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestServingLoadChild$")
+	cmd.Env = append(os.Environ(), loadEnv+"="+url, loadEnv+"_CONC="+strconv.Itoa(conc),
+		loadEnv+"_MS="+strconv.FormatInt(d.Milliseconds(), 10), loadEnv+"_BODY="+string(body))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	var l httpLoad
+	var cpu0 time.Duration
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "go" {
+			cpu0 = processCPU()
+			continue
+		}
+		var el, p50 int64
+		if n, _ := fmt.Sscanf(line, "%d %d %d", &l.calls, &el, &p50); n == 3 {
+			l.cpu = processCPU() - cpu0
+			l.elapsed, l.lat = time.Duration(el), newHist()
+			l.lat.add(time.Duration(p50))
+		}
+	}
+	if err := cmd.Wait(); err != nil || l.calls == 0 {
+		t.Fatalf("load child: %v: %s", err, stderr.Bytes())
+	}
+	return l
+}
+
 func serveVsFloor(t *testing.T, r *report) {
 	serve, floor := startServe(t, t.TempDir()), startFloor(t)
 	body := []byte(`{"v":2,"kind":"invoke","tool":{"id":"bench.serve"},"input":` + string(payload(1<<10)) + `,"ctx":{"tenantId":"t1","runId":"r1"}}`)
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	defer hc.CloseIdleConnections()
+	const rounds = 3
+	d := span(700 * time.Millisecond)
 	r.p("## serve over loopback HTTP vs a net/http floor (goals: CPU per call ≤ 1.5×, calls/s ≥ 0.67× at c=8)")
 	r.p("")
-	r.p("`server.Server` (the pack protocol's `/v1/invoke`, 1 KiB validated WAT echo, context-isolated) and a minimal net/http JSON echo (decode the frame, encode `{v,kind,output}`) on loopback listeners in this process, keep-alive clients at c=1 and c=8; %d rounds of %s per side, interleaved. CPU per call is this process's CPU (getrusage) over the calls: the client is in the process too and costs both sides alike, so the CPU ratio understates the server's own.", 4, span(500*time.Millisecond))
+	r.p("`server.Server` (the pack protocol's `/v1/invoke`, 1 KiB validated WAT echo, context-isolated) and a minimal net/http JSON echo (decode the frame, encode `{v,kind,output}`) on loopback listeners in this process; the keep-alive load client (c=1, c=8) is a child process, so the CPU per call is the server's alone (this process's getrusage over the measured calls, guest included). %d interleaved rounds of %s per side; p50 is the median of the rounds' medians.", rounds, d)
 	r.p("")
 	r.p("| c | floor p50 µs | serve p50 µs | p50 ratio | floor calls/s | serve calls/s | calls/s ratio | floor CPU µs/call | serve CPU µs/call | CPU ratio |")
 	r.p("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, conc := range []int{1, 8} {
-		var acc [2]httpLoad
-		for i := range acc {
-			acc[i].lat = newHist()
-		}
-		for _, u := range []string{floor, serve} { // warm
-			if _, err := postLoop(hc, u+"/v1/invoke", body, conc, 50*time.Millisecond); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for round := 0; round < 4; round++ {
+		var calls [2]int64
+		var el, cpu [2]time.Duration
+		var p50 [2][]time.Duration
+		for round := 0; round < rounds; round++ {
 			for i, u := range []string{floor, serve} {
-				l, err := postLoop(hc, u+"/v1/invoke", body, conc, span(500*time.Millisecond))
-				if err != nil {
-					t.Fatal(err)
-				}
-				acc[i].calls += l.calls
-				acc[i].elapsed += l.elapsed
-				acc[i].cpu += l.cpu
-				acc[i].lat.merge(l.lat)
+				l := childLoad(t, u+"/v1/invoke", body, conc, d)
+				calls[i] += l.calls
+				el[i] += l.elapsed
+				cpu[i] += l.cpu
+				p50[i] = append(p50[i], l.lat.quantile(0.5))
 			}
 		}
-		cps := func(l httpLoad) float64 { return float64(l.calls) / l.elapsed.Seconds() }
-		cpu := func(l httpLoad) time.Duration { return l.cpu / time.Duration(l.calls) }
-		f, s := acc[0], acc[1]
-		r.p("| %d | %s | %s | %s | %.0f | %.0f | %.2f× | %s | %s | %s |", conc, us(f.lat.quantile(0.5)), us(s.lat.quantile(0.5)),
-			ratio(s.lat.quantile(0.5), f.lat.quantile(0.5)), cps(f), cps(s), cps(s)/cps(f), us(cpu(f)), us(cpu(s)), ratio(cpu(s), cpu(f)))
+		cps := func(i int) float64 { return float64(calls[i]) / el[i].Seconds() }
+		per := func(i int) time.Duration { return cpu[i] / time.Duration(calls[i]) }
+		fp, sp := median(p50[0]), median(p50[1])
+		r.p("| %d | %s | %s | %s | %.0f | %.0f | %.2f× | %s | %s | %s |", conc, us(fp), us(sp), ratio(sp, fp),
+			cps(0), cps(1), cps(1)/cps(0), us(per(0)), us(per(1)), ratio(per(1), per(0)))
 	}
 	r.p("")
 }
