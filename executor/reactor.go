@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
@@ -24,7 +25,15 @@ type reactorHandler struct {
 	*wasmCode
 	idle *warmSet // warm instances (posture none only; pool.go)
 	pool *pool    // pre-warmed never-used instances (context-isolated, strict)
+	// grew counts instances whose memory had grown when a reset was tried:
+	// past maxGrownResets the tool stops saving snapshots, which a module
+	// that grows its memory in every call (go-sdk's Rust count_vowels)
+	// would pay for at every instantiation without ever being reset.
+	grew atomic.Int32
 }
+
+// maxGrownResets is how many grown instances turn snapshots off for a tool.
+const maxGrownResets = 8
 
 // newReactorHandler makes t's reactor handler and starts its pool.
 func newReactorHandler(t *Tool, code *wasmCode) *reactorHandler {
@@ -69,7 +78,8 @@ type instance struct {
 	needs          needsKey      // posture none: the key of the calls it serves (pool.go)
 	sleep          *sleeper
 	stdout, stderr *switchWriter
-	vars           *varStore // an Extism plug-in's vars (extism.go)
+	vars           *varStore     // an Extism plug-in's vars (extism.go)
+	grew           *atomic.Int32 // its handler's count of instances a reset found grown (recycle.go)
 }
 
 // newInstance instantiates the reactor and runs _initialize under the tool's
@@ -117,8 +127,8 @@ func (t *reactorHandler) newInstance(ctx context.Context, env map[string]string,
 		return nil, t.classify(ctx, nil, err, cause, in.acct, cpu, stderr.Tail(), initName(t.shape.init))
 	}
 	in.mod, in.handle = mod, mod.ExportedFunction(t.shape.entry)
-	if len(env) == 0 && t.recyclable() {
-		in.snap = save(mod, t.verdict)
+	if len(env) == 0 && t.recyclable() && t.grew.Load() < maxGrownResets {
+		in.snap, in.grew = save(mod, t.verdict), &t.grew
 	}
 	return in, nil
 }

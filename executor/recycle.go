@@ -188,6 +188,9 @@ func (in *instance) reset() bool {
 	}
 	if mem := in.mod.Memory(); mem != nil {
 		if int64(mem.Size()) != int64(s.memSize) {
+			if in.grew != nil {
+				in.grew.Add(1) // the tool stops saving snapshots after a few (newInstance)
+			}
 			return false
 		}
 		b, ok := mem.Read(0, mem.Size())
