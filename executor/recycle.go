@@ -31,11 +31,13 @@ import (
 //   - linear memory: the saved chunks are copied back and everything else is
 //     cleared, so every byte is what instantiation left; an instance whose
 //     memory grew during the call is closed instead (Wasm memory cannot
-//     shrink);
+//     shrink), and a tool that had maxGrownResets such instances stops
+//     saving snapshots (reactor.go);
 //   - mutable globals: written back through the exports the pass added;
 //   - tables and segments: unchanged by construction;
 //   - host state: sandboxd_v1 keeps none per instance (it belongs to the
-//     call); a WASI call that changes any (fd_close, fd_fdstat_set_flags, …)
+//     call), nor does extism:host/env but an Extism plug-in's vars, which
+//     every context-isolated call starts without (extism.go); a WASI call that changes any (fd_close, fd_fdstat_set_flags, …)
 //     set the dirty flag, and a dirty instance is closed;
 //   - an instance that trapped, was interrupted, hit a limit, exited or was
 //     closed is never reset.
