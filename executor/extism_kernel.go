@@ -63,6 +63,8 @@ func newKernel(acct *limits.Account) *kernel {
 func (k *kernel) size() uint64 { return uint64(len(k.pages)) * kernelPage }
 
 // release returns the kernel's pages to the account.
+//
+//lint:ignore U1000 not called yet (committed by EXT; kept for them to wire or remove)
 func (k *kernel) release() {
 	k.acct.Release(int64(k.size()))
 	k.pages = nil
