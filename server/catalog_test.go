@@ -277,7 +277,7 @@ func TestIndexChecks(t *testing.T) {
 	if m["checkId"] != "nope" || m["message"] != `This pack has no check "nope"` {
 		t.Errorf("unknown check %v", m)
 	}
-	m = wantError(t, checkInvoke("acme.checks.min-length", `{"minLength":1,"mode":"throw"}`), "handler-throw")
+	wantError(t, checkInvoke("acme.checks.min-length", `{"minLength":1,"mode":"throw"}`), "handler-throw")
 	if calls := ts.logs.records(t, "call"); len(calls) < 6 || calls[0]["target"] != "check" || calls[0]["tenantId"] != "t1" {
 		t.Errorf("call records %v", calls)
 	}
