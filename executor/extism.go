@@ -392,10 +392,9 @@ func (abiExtism) instantiateHost(ctx context.Context, r wazero.Runtime, t *Tool)
 	})
 	def("var_get", func(ctx context.Context, s []uint64) {
 		inv, k := extismCall(ctx, "var_get")
-		//lint:ignore SA6001 the key is copied out of the block before the block is freed
-		key := string(readBlock(ctx, k, s[0], defaultMaxVarBytes))
+		key := readBlock(ctx, k, s[0], defaultMaxVarBytes) // a copy: freeing the block leaves it intact
 		k.free(s[0])
-		s[0] = newBlock(ctx, k, inv.vars.m[key], "var value")
+		s[0] = newBlock(ctx, k, inv.vars.m[string(key)], "var value")
 	})
 	def("var_set", func(ctx context.Context, s []uint64) {
 		inv, k := extismCall(ctx, "var_set")

@@ -62,14 +62,6 @@ func newKernel(acct *limits.Account) *kernel {
 // size is the kernel memory's current size in bytes.
 func (k *kernel) size() uint64 { return uint64(len(k.pages)) * kernelPage }
 
-// release returns the kernel's pages to the account.
-//
-//lint:ignore U1000 not called yet (committed by EXT; kept for them to wire or remove)
-func (k *kernel) release() {
-	k.acct.Release(int64(k.size()))
-	k.pages = nil
-}
-
 // grow adds pages until the memory holds end bytes; false when the account
 // (memMB) or the 4 GiB cap refuses.
 func (k *kernel) grow(end uint64) bool {
