@@ -296,7 +296,7 @@ func (t *Ticket) Call(ctx context.Context, c Call) Outcome {
 	guestOwnsRelease = true
 	s.guests.Add(1)
 	s.activeGuests.Add(1)
-	go func() {
+	s.goGuest(func() {
 		var r result
 		// The slots are released before the outcome is handed over, so a
 		// client that gets its answer and calls again at once never finds
@@ -313,7 +313,7 @@ func (t *Ticket) Call(ctx context.Context, c Call) Outcome {
 			r.res, r.err = e.tool.Invoke(ctx, executor.Request{CallID: callID, Input: c.Input, Context: c.Context})
 		}()
 		done <- r
-	}()
+	})
 	var r result
 	select {
 	case r = <-done:
@@ -435,4 +435,35 @@ func (e *entry) validated(input []byte) []byte {
 		return input
 	}
 	return v
+}
+
+// guestIdle is how long a guest worker waits for another call before it
+// exits.
+const guestIdle = 5 * time.Second
+
+// goGuest runs fn on a guest worker: an idle one if there is one, else a
+// new one. Workers outlive a call so that a call does not pay to grow a
+// fresh goroutine's stack (validation and the guest call need tens of
+// KiB); each exits after guestIdle without work.
+func (s *Server) goGuest(fn func()) {
+	select {
+	case s.guestWork <- fn:
+	default:
+		go s.guestWorker(fn)
+	}
+}
+
+func (s *Server) guestWorker(fn func()) {
+	idle := time.NewTimer(guestIdle)
+	defer idle.Stop()
+	for {
+		fn()
+		fn = nil // keep nothing of the call (its input) while idle
+		idle.Reset(guestIdle)
+		select {
+		case fn = <-s.guestWork:
+		case <-idle.C:
+			return
+		}
+	}
 }

@@ -132,6 +132,9 @@ type Server struct {
 	activeGuests atomic.Int64
 	closed       bool
 
+	// guestWork hands a guest run to an idle guest worker (goGuest).
+	guestWork chan func()
+
 	mux         *http.ServeMux
 	hookMu      sync.Mutex
 	reloadHooks []func()
@@ -182,6 +185,8 @@ func New(ctx context.Context, exec *executor.Executor, src Source, opts Options)
 		adm:      admission{slots: make(chan struct{}, opts.MaxConcurrency), queueCap: int64(opts.QueueSize)},
 		bodies:   byteBudget{limit: opts.BodyBudget},
 		metrics:  newMetrics(),
+
+		guestWork: make(chan func()),
 	}
 	s.mux = s.routes()
 	cat, problems := loadCatalog(ctx, exec, src, opts.PerToolConcurrency)
