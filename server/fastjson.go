@@ -180,6 +180,12 @@ func scanLit(b []byte, i int, lit string) (int, bool) {
 func scanString(b []byte, i int) (int, bool) {
 	i++
 	for i < len(b) {
+		for i < len(b) && plainByte[b[i]] {
+			i++
+		}
+		if i >= len(b) {
+			break
+		}
 		c := b[i]
 		switch {
 		case c == '"':
@@ -254,3 +260,12 @@ func scanNumber(b []byte, i int) (int, bool) {
 	}
 	return i, true
 }
+
+// plainByte marks the bytes a JSON string holds as they are: not a
+// control character, '"' or '\\'.
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()

@@ -64,3 +64,34 @@ func FuzzSplitObject(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) { checkSplit(t, b) })
 }
+
+// BenchmarkSplitFrame compares the fast path with encoding/json on a 1 KiB
+// invoke frame.
+func BenchmarkSplitFrame(b *testing.B) {
+	frame := []byte(`{"v":2,"kind":"invoke","tool":{"id":"bench.echo"},"input":{"data":"` + strings.Repeat("x", 1024) + `"},"ctx":{"tenantId":"t1","runId":"r1"}}`)
+	b.Run("splitObject", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, ok := splitObject(frame); !ok {
+				b.Fatal("refused")
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var m map[string]json.RawMessage
+			if err := json.Unmarshal(frame, &m); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("parseFrame", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, werr := parseFrame(frame); werr != nil {
+				b.Fatal(werr)
+			}
+		}
+	})
+}
