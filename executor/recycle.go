@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"reflect"
 	"strconv"
 
 	"github.com/tetratelabs/wazero/api"
@@ -103,7 +104,7 @@ func save(mod api.Module, v passVerdict) *snapshot {
 		s.values = append(s.values, g.Get())
 	}
 	s.memSize = -1
-	if mem := mod.Memory(); mem != nil {
+	if mem := memoryOf(mod); mem != nil {
 		b, ok := mem.Read(0, mem.Size())
 		if !ok {
 			return nil
@@ -188,7 +189,7 @@ func (in *instance) reset() bool {
 	if s == nil || in.mod.IsClosed() || s.dirty.Get() != 0 {
 		return false
 	}
-	if mem := in.mod.Memory(); mem != nil {
+	if mem := memoryOf(in.mod); mem != nil {
 		if int64(mem.Size()) != int64(s.memSize) {
 			if in.grew != nil {
 				in.grew.Add(1) // the tool stops saving snapshots after a few (newInstance)
@@ -229,4 +230,18 @@ func (t *reactorHandler) recycledCalls() int64 {
 		return p.recycled.Load()
 	}
 	return 0
+}
+
+// memoryOf returns mod's memory, or nil for a module without one (wazero's
+// Module.Memory returns a typed nil pointer then: an Extism plug-in needs
+// no memory of its own, and calling a method on that nil crashes).
+func memoryOf(mod api.Module) api.Memory {
+	mem := mod.Memory()
+	if mem == nil {
+		return nil
+	}
+	if v := reflect.ValueOf(mem); v.Kind() == reflect.Pointer && v.IsNil() {
+		return nil
+	}
+	return mem
 }
