@@ -32,7 +32,7 @@ func parseNetwork(m *manifest.Manifest) (*egress.Policy, error) {
 	}
 	p, err := egress.ParsePolicy(kind, hosts)
 	if err != nil {
-		e := toolerr.Wrap(toolerr.InvalidToolDefinition, err, err.Error())
+		e := toolerr.Wrap(toolerr.InvalidToolDefinition, err, "")
 		var ee *egress.EntryError
 		if errors.As(err, &ee) {
 			e.Details = map[string]any{"pointer": "/network/hosts/" + strconv.Itoa(ee.Index), "entry": ee.Entry}
