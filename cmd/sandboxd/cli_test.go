@@ -491,3 +491,17 @@ func (n notPrefixedRegexp) MatchString(s string) bool {
 }
 
 func (n notPrefixedRegexp) String() string { return n.src }
+
+// An allowlist entry with a path is one clear error: what is wrong, once.
+func TestAllowlistPathOneError(t *testing.T) {
+	p := writeManifest(t, "echo_reactor", map[string]any{
+		"network": map[string]any{"kind": "allowlist", "hosts": []string{"https://api.example.com/v1"}}})
+	code, stdout, _ := runCLI(t, `{}`, "run", "--manifest", p, "--input", "-")
+	env := envelope(t, stdout)
+	msg, _ := env["message"].(string)
+	if code != exitError || env["code"] != "invalid-tool-definition" || strings.Count(msg, "no path") != 1 ||
+		strings.Contains(msg, "CIDR:") || strings.Count(msg, "network.hosts[0]") != 1 {
+		t.Fatalf("exit %d, envelope %v", code, env)
+	}
+	t.Logf("message: %s", msg)
+}
