@@ -275,7 +275,7 @@ func (e *Executor) resolve(ctx context.Context, m *manifest.Manifest, modulePath
 	}
 	if ref.Kind == artifact.KindFilesystem {
 		if !e.cfg.dev {
-			return nil, toolerr.New(toolerr.ArtifactRefused, "filesystem artifact refs are refused outside dev mode; publish the module to an OCI registry")
+			return nil, toolerr.New(toolerr.ArtifactRefused, "filesystem artifact refs are refused outside dev mode (sandboxd serve --dev, executor Config.WithDevMode); publish the module to an OCI registry")
 		}
 		return artifact.Filesystem{BaseDir: o.baseDir}.Resolve(ctx, ref)
 	}
