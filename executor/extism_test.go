@@ -708,3 +708,25 @@ func TestExtismRecycledInstanceHasNoVars(t *testing.T) {
 		t.Fatalf("only %d calls were served by a recycled instance", n)
 	}
 }
+
+// Extism host calls are charged and interruptible like every host function:
+// a loop of kernel calls is stopped by the fuel budget and by cpuMs.
+func TestExtismHostCallsChargedAndInterrupted(t *testing.T) {
+	wasm := watModule(t, "hostile")
+	budget := newExecutor(t, func(c executor.Config) executor.Config { return c.WithFuelBudget(5_000_000) })
+	tool := mustLoadExtism(t, budget, wasm, "spin_host", "strict", nil)
+	res, err := callExtism(t, tool, "abc", executor.CallContext{})
+	te := wantCode(t, err, toolerr.LimitsExceeded)
+	if te.Details["limit"] != "fuel" || res == nil || res.Usage.Fuel < 5_000_000 {
+		t.Fatalf("fuel: %s %v %+v", te.Message, te.Details, res)
+	}
+	cpu := newExecutor(t)
+	tool = mustLoadExtism(t, cpu, wasm, "spin_host", "strict", func(m map[string]any) { m["limits"] = map[string]any{"memMB": 16, "cpuMs": 50} })
+	start := time.Now()
+	_, err = callExtism(t, tool, "abc", executor.CallContext{})
+	te = wantCode(t, err, toolerr.LimitsExceeded)
+	if te.Details["limit"] != "cpuMs" {
+		t.Fatalf("cpu: %s %v", te.Message, te.Details)
+	}
+	t.Logf("a kernel-call loop stopped at cpuMs 50 after %v wall", time.Since(start))
+}

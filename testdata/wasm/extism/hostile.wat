@@ -70,4 +70,12 @@
     (call $store_u64 (i64.add (local.get $h) (i64.const 16)) (call $length (call $input_offset)))
     (call $output_set (local.get $h) (i64.const 24))
     (i32.const 0))
+
+  ;; An endless loop of kernel calls: stopped by the fuel budget, cpuMs and
+  ;; the deadline at its host boundaries.
+  (func (export "spin_host") (result i32)
+    (loop $again
+      (drop (call $length (i64.const 77)))
+      (br $again))
+    (i32.const 0))
 )
