@@ -31,6 +31,10 @@ const (
 	kernelHeader    = 12
 	kernelSplitMin  = 128
 	kernelMaxPages  = 65536 // 4 GiB: the most a u32-sized Extism kernel addresses
+	// blockHostBytes is what the host holds per block besides its bytes
+	// (its map entry and record), charged to memMB with them: tiny blocks
+	// must not let a guest make the host hold several times memMB.
+	blockHostBytes  = 64
 	blockActive     = 1
 	blockFree       = 2
 	kernelFirstData = kernelRootAt + kernelRootSize + kernelHeader // 77
@@ -100,7 +104,14 @@ func (k *kernel) alloc(n uint64) uint64 {
 	return k.bump(n)
 }
 
+// record charges the host's record of one more block; false when memMB
+// refuses.
+func (k *kernel) record() bool { return k.acct.Reserve(blockHostBytes) }
+
 func (k *kernel) bump(n uint64) uint64 {
+	if !k.record() {
+		return 0
+	}
 	h := k.pos + kernelHeader
 	k.blocks[h] = &block{size: n, used: n, active: true}
 	k.writeHeader(h)
@@ -122,7 +133,7 @@ func (k *kernel) reuse(n uint64) uint64 {
 			continue
 		}
 		k.freed = append(k.freed[:i], k.freed[i+1:]...)
-		if rest := b.size - n; rest > kernelSplitMin+kernelHeader {
+		if rest := b.size - n; rest > kernelSplitMin+kernelHeader && k.record() {
 			b.size = n
 			nh := h + n + kernelHeader
 			k.blocks[nh] = &block{size: rest - kernelHeader}
@@ -270,6 +281,7 @@ func (k *kernel) reset() uint64 {
 		clear(p)
 	}
 	k.pos = kernelRootAt + kernelRootSize
+	k.acct.Release(int64(len(k.blocks)) * blockHostBytes)
 	clear(k.blocks)
 	k.freed = k.freed[:0]
 	k.inputOff, k.inputLen, k.outputOff, k.outputLen, k.errorOff = 0, 0, 0, 0, 0

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -729,4 +730,26 @@ func TestExtismHostCallsChargedAndInterrupted(t *testing.T) {
 		t.Fatalf("cpu: %s %v", te.Message, te.Details)
 	}
 	t.Logf("a kernel-call loop stopped at cpuMs 50 after %v wall", time.Since(start))
+}
+
+// Tiny blocks are charged with the host's record of them: a guest that
+// allocates 1-byte blocks until alloc returns 0 gets about memMB / (13 +
+// 64) of them, not memMB / 13, and the call stays within memMB (the guest
+// returns the count; alloc's refusal makes the failure limits-exceeded).
+func TestExtismTinyAllocsCharged(t *testing.T) {
+	wasm := watModule(t, "hostile")
+	e := newExecutor(t)
+	tool := mustLoadExtism(t, e, wasm, "tiny_allocs", "strict", func(m map[string]any) {
+		m["limits"] = map[string]any{"memMB": 16, "cpuMs": 10000}
+	})
+	res, err := callExtism(t, tool, "", executor.CallContext{})
+	te := wantCode(t, err, toolerr.LimitsExceeded)
+	if te.Details["limit"] != "memMB" || res == nil || res.Usage.PeakMemMB > 16 {
+		t.Fatalf("%s %v %+v", te.Message, te.Details, res)
+	}
+	t.Logf("%s (peak %.2f MB)", te.Message, res.Usage.PeakMemMB)
+	var n int
+	if _, err := fmt.Sscanf(te.Message, "handler failed (returned %d)", &n); err != nil || n <= 0 || n > (16<<20)/(13+64) {
+		t.Fatalf("blocks %d (%v) from %q", n, err, te.Message)
+	}
 }

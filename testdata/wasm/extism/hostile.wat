@@ -78,4 +78,15 @@
       (drop (call $length (i64.const 77)))
       (br $again))
     (i32.const 0))
+
+  ;; alloc(1) until it returns 0 (at most 10 million times); returns how
+  ;; many blocks it got (a non-zero return: handler-error, details.returned).
+  (func (export "tiny_allocs") (result i32)
+    (local $n i64)
+    (block $done
+      (loop $more
+        (br_if $done (i64.eqz (call $alloc (i64.const 1))))
+        (local.set $n (i64.add (local.get $n) (i64.const 1)))
+        (br_if $more (i64.lt_u (local.get $n) (i64.const 10000000)))))
+    (i32.wrap_i64 (local.get $n)))
 )
