@@ -25,12 +25,12 @@ import (
 // kernel holding its input, as Extism's hosts reset the kernel before every
 // call: nothing in kernel memory survives a call.
 const (
-	kernelPage      = 64 << 10
-	kernelRootAt    = 1
-	kernelRootSize  = 64
-	kernelHeader    = 12
-	kernelSplitMin  = 128
-	kernelMaxPages  = 65536 // 4 GiB: the most a u32-sized Extism kernel addresses
+	kernelPage     = 64 << 10
+	kernelRootAt   = 1
+	kernelRootSize = 64
+	kernelHeader   = 12
+	kernelSplitMin = 128
+	kernelMaxPages = 65536 // 4 GiB: the most a u32-sized Extism kernel addresses
 	// blockHostBytes is what the host holds per block besides its bytes
 	// (its map entry and record), charged to memMB with them: tiny blocks
 	// must not let a guest make the host hold several times memMB.
