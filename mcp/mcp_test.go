@@ -682,7 +682,7 @@ func TestReloadFollowsCatalog(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write("echo.json", map[string]any{})
+	write("echo.tool.json", map[string]any{})
 	exec, err := executor.New(context.Background(), executor.NewConfig().WithCacheDir(cacheDir).WithDevMode(true).WithGuestOutput(io.Discard, io.Discard))
 	if err != nil {
 		t.Fatal(err)
@@ -703,8 +703,8 @@ func TestReloadFollowsCatalog(t *testing.T) {
 	cs := f.connect(t, "2025-11-25", &sdk.ClientOptions{ToolListChangedHandler: func(context.Context, *sdk.ToolListChangedRequest) {
 		changed <- struct{}{}
 	}})
-	write("second.json", map[string]any{"id": "acme.second"})
-	write("bad.json", map[string]any{"id": "acme.bad", "input": map[string]any{"type": "array"}})
+	write("second.tool.json", map[string]any{"id": "acme.second"})
+	write("bad.tool.json", map[string]any{"id": "acme.bad", "input": map[string]any{"type": "array"}})
 	if err := core.Reload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
