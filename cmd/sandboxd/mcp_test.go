@@ -211,8 +211,13 @@ func TestMCPStdioDrain(t *testing.T) {
 	bin := sandboxdBinary(t)
 	tools := t.TempDir()
 	loop := writeManifest(t, "loop", map[string]any{"id": "t.loop", "limits": map[string]any{"memMB": 16, "cpuMs": 300000}})
-	b, _ := os.ReadFile(loop)
-	_ = os.WriteFile(filepath.Join(tools, "loop.json"), b, 0o644)
+	b, err := os.ReadFile(loop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tools, "loop.tool.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command(bin, "mcp", "--tools", tools, "--dev", "--cache-dir", cacheDir(t), "--drain-timeout", "5s")
 	var stderr syncWriter
 	cmd.Stderr = &stderr
@@ -274,7 +279,7 @@ func TestMCPStdioDrain(t *testing.T) {
 	if !strings.Contains(held, `"isError":true`) || !strings.Contains(held, `"code":"deadline-exceeded"`) {
 		t.Errorf("the held call: %.400s", held)
 	}
-	err := cmd.Wait()
+	err = cmd.Wait()
 	st := processEvents(t, stderr.String(), "stopped")
 	t.Logf("exit %v %v after SIGTERM; stopped %v", err, time.Since(begun), st)
 	if err != nil || len(st) != 1 || st[0]["abandoned"] != 0.0 {
