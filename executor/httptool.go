@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -347,7 +348,10 @@ func fillText(tmpl string, input map[string]any) string {
 	return placeholderRe.ReplaceAllStringFunc(tmpl, func(m string) string {
 		v, ok := input[m[1:len(m)-1]]
 		if !ok {
-			return m
+			return m // Kindgi: a missing key stays as the literal {key}
+		}
+		if v == nil {
+			return "" // and null becomes ''
 		}
 		if s, err := scalarString(v); err == nil {
 			return s
@@ -371,6 +375,100 @@ func isHeaderToken(s string) bool {
 		return false
 	}
 	return true
+}
+
+// requestBody is what a declarative HTTP tool sends, by Kindgi's rules
+// (packages/tools/src/http.ts buildBody): a GET without requestBody sends
+// nothing; any other method without requestBody, and "json-input", send
+// the JSON of the input object minus the keys the urlTemplate's
+// placeholders consumed (in the input's order) as application/json, or
+// nothing (no Content-Type) when no key is left; "input-passthrough" sends
+// the whole input as application/json; "text" sends the template filled
+// without encoding as text/plain. raw is the validated input, in its
+// decoded form.
+func (s *httpSpec) requestBody(raw []byte, in map[string]any) (body []byte, contentType string, err error) {
+	switch s.bodyKind {
+	case "":
+		if s.method == "GET" {
+			return nil, "", nil
+		}
+		fallthrough
+	case "json-input":
+		consumed := make(map[string]bool, len(s.tmpl.params))
+		for _, p := range s.tmpl.params {
+			consumed[p] = true
+		}
+		body, err := jsonObjectWithout(raw, consumed)
+		if err != nil {
+			return nil, "", err
+		}
+		if body == nil {
+			return nil, "", nil
+		}
+		return body, "application/json", nil
+	case "input-passthrough":
+		var c bytes.Buffer
+		if err := json.Compact(&c, raw); err != nil {
+			return nil, "", err
+		}
+		return c.Bytes(), "application/json", nil
+	case "text":
+		return []byte(fillText(s.bodyTmpl, in)), "text/plain", nil
+	}
+	return nil, "", fmt.Errorf("spec.requestBody.kind %q is not json-input, input-passthrough or text", s.bodyKind)
+}
+
+// setsHeader reports whether the spec's headers set name (compared without
+// case: Kindgi compares the exact spelling "Content-Type", but a request
+// must never carry two Content-Types).
+func (s *httpSpec) setsHeader(name string) bool {
+	for _, h := range s.headers {
+		if strings.EqualFold(h[0], name) {
+			return true
+		}
+	}
+	return false
+}
+
+// jsonObjectWithout re-encodes the JSON object raw, compact, without its
+// top-level keys in drop, the others in their order (JSON.stringify of
+// Kindgi's "rest" object). It returns nil when no key is left.
+func jsonObjectWithout(raw []byte, drop map[string]bool) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, errors.New("the input is not a JSON object")
+	}
+	var out bytes.Buffer
+	var val json.RawMessage
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		key, _ := tok.(string)
+		if err := dec.Decode(&val); err != nil {
+			return nil, err
+		}
+		if drop[key] {
+			continue
+		}
+		if out.Len() == 0 {
+			out.WriteByte('{')
+		} else {
+			out.WriteByte(',')
+		}
+		kb, _ := json.Marshal(key) // Marshal escapes <, >, & as \u003c...: same string to a JSON parser
+		out.Write(kb)
+		out.WriteByte(':')
+		if err := json.Compact(&out, val); err != nil {
+			return nil, err
+		}
+	}
+	if out.Len() == 0 {
+		return nil, nil
+	}
+	out.WriteByte('}')
+	return out.Bytes(), nil
 }
 
 // httpHandler performs a declarative HTTP tool's request (spec.kind
@@ -425,22 +523,17 @@ func (t *httpHandler) run(ctx context.Context, inv *invocation, _ map[string]str
 		}
 		hdr[s.authHeader] = s.authPrefix + egress.SecretPlaceholder(s.authSecret)
 	}
-	var body []byte
-	switch s.bodyKind {
-	case "json-input":
-		body = inv.input
-		hdr["Content-Type"] = "application/json"
-	case "input-passthrough":
-		var str string
-		if json.Unmarshal(inv.input, &str) == nil {
-			body = []byte(str)
-		} else {
-			body = inv.input
-			hdr["Content-Type"] = "application/json"
-		}
-	case "text":
-		body = []byte(fillText(s.bodyTmpl, in))
-		hdr["Content-Type"] = "text/plain; charset=utf-8"
+	body, contentType, err := s.requestBody(inv.input, in)
+	if err != nil {
+		out.err = toolerr.New(toolerr.InputValidationFailed, "the request body: %v", err)
+		return out
+	}
+	if !acct.Reserve(int64(len(body))) {
+		out.err = t.memExceeded(acct.Refused(), fmt.Sprintf("the request body (%d bytes) does not fit in memMB %d", len(body), t.limits.memMB))
+		return out
+	}
+	if contentType != "" && !s.setsHeader("Content-Type") {
+		hdr["Content-Type"] = contentType
 	}
 	opts := t.egressOptions(inv) // egress.go: the options every kind's egress uses
 	opts.Limits.RequestTimeout = s.timeout
