@@ -42,6 +42,8 @@ func TestModuleCandidates(t *testing.T) {
 		{"tools/a.ts", "a.wasm", ""},
 		{"tools/other.ts", "tools/other.ts tools/other.wasm", ""}, // not in the map: itself
 		{"tools/x.wasm", "tools/x.wasm", ""},
+		{"tools/x.wasm#count_vowels", "tools/x.wasm", ""},                 // an Extism entry suffix names no file
+		{"tools/echo/index.ts#greet", "dist/echo.mjs dist/echo.wasm", ""}, // found in the map without it
 		{"tools/b.ts", "", `cannot select export "record"`},
 		{"../x.wasm", "", "inside the module root"},
 	} {
