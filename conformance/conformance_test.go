@@ -36,6 +36,7 @@ func ociClient(t *testing.T) *artifact.OCI {
 
 func run(t *testing.T, source string, opts Options) *Report {
 	t.Helper()
+	skipShortGoGuest(t, source, opts.ModuleRoot)
 	if opts.OCI == nil {
 		opts.OCI = ociClient(t)
 	}
@@ -44,6 +45,51 @@ func run(t *testing.T, source string, opts Options) *Report {
 		t.Fatalf("Run(%s): %v", source, err)
 	}
 	return rep
+}
+
+var modulePathRE = regexp.MustCompile(`"modulePath"\s*:\s*"([^"]+)"`)
+
+// skipShortGoGuest skips t under -short when the pack in source (a directory
+// of tool manifests) or under moduleRoot (an index pack's modules) runs a
+// guest over 1 MiB, such as the sample pack's standard-Go echo handler or
+// the index pack's checks_reactor: each run compiles it for seconds, so
+// these tests run only in the full (CI) run.
+func skipShortGoGuest(t *testing.T, source, moduleRoot string) {
+	t.Helper()
+	if !testing.Short() {
+		return
+	}
+	var big []string
+	check := func(p string) {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Size() > 1<<20 {
+			big = append(big, filepath.Base(p))
+		}
+	}
+	if moduleRoot != "" {
+		_ = filepath.WalkDir(moduleRoot, func(p string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && strings.HasSuffix(p, ".wasm") {
+				check(p)
+			}
+			return nil
+		})
+	}
+	if fi, err := os.Stat(source); err == nil && fi.IsDir() {
+		files, _ := filepath.Glob(filepath.Join(source, "*"))
+		for _, f := range files {
+			switch {
+			case strings.HasSuffix(f, ".wasm"):
+				check(f)
+			case strings.HasSuffix(f, ".json"):
+				b, _ := os.ReadFile(f)
+				for _, m := range modulePathRE.FindAllSubmatch(b, -1) {
+					check(filepath.Join(source, string(m[1])))
+				}
+			}
+		}
+	}
+	if len(big) > 0 {
+		t.Skip("-short: the pack runs a guest over 1 MiB (" + strings.Join(big, ", ") + "); compiling it takes seconds")
+	}
 }
 
 // wallClock masks the clock tool's readings, the one part of the broken
