@@ -18,7 +18,7 @@
 //	artifact-ref    deploy packs never point at the filesystem; strict refs are digest-pinned
 //	artifact        the codeArtifactRef resolves (digest and artifactVersion verified)
 //	module          the module compiles (WebAssembly validation)
-//	abi             entry point, imports and memory fit ABI v1 and the posture
+//	abi             entry point, imports and memory fit the ABI (ABI v1 or Extism, named) and the posture
 //	case NAME       one behavioural case: input → expected output or error code
 //	probe input-validation  an input breaking the input schema is refused
 //	probe output-schema     every case output is valid against the output schema

@@ -552,7 +552,7 @@ func (r *runner) checkTool(ctx context.Context, name string, pt packTool, caseFi
 		return nil
 	}
 	defer tool.Close(context.WithoutCancel(ctx))
-	add("abi", StatusPass, "", "%s handler, imports allowed for posture %s", tool.Style(), m.Posture())
+	add("abi", StatusPass, "", "%s handler (%s), imports allowed for posture %s", tool.Style(), moduleABI(mod.Bytes), m.Posture())
 
 	r.behaviour(ctx, name, mt, tool, mod.Bytes, pt, caseFiles)
 	return nil
@@ -725,6 +725,20 @@ func shortDigest(d string) string {
 		return d[:len("sha256:")+12]
 	}
 	return d
+}
+
+// moduleABI names the ABI the executor runs the module with: a module
+// importing anything from extism:host/env is an Extism plug-in
+// (docs/extism.md), any other one an ABI v1 handler.
+func moduleABI(bin []byte) string {
+	if parsed, err := wasmbin.Parse(bin); err == nil {
+		for _, im := range parsed.Imports {
+			if im.Module == abi.ExtismModuleName {
+				return "Extism"
+			}
+		}
+	}
+	return "ABI v1"
 }
 
 // postureImports returns why the module's imports do not fit the tool's
