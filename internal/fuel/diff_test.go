@@ -86,6 +86,13 @@ func fixtures(t testing.TB, pattern string) []string {
 	return files
 }
 
+// longLoop reports whether a testdata/wasm fixture is one of the hostile
+// loops (the interrupt-latency and liveness guests, the output flood) whose
+// differential runs take seconds: -short skips them.
+func longLoop(name string) bool {
+	return strings.HasPrefix(name, "lat_") || strings.HasPrefix(name, "live_") || name == "huge_output_command.wasm"
+}
+
 // TestDifferentialFixtures runs every module in testdata/wasm both ways.
 func TestDifferentialFixtures(t *testing.T) {
 	// modules that spin forever: only fuel (or the timeout) stops them
@@ -99,6 +106,9 @@ func TestDifferentialFixtures(t *testing.T) {
 			}
 			if (testing.Short() || raceEnabled) && len(bin) > 1<<20 {
 				t.Skip("-short or -race: compiling a Go module several times takes seconds (minutes under -race)")
+			}
+			if testing.Short() && longLoop(name) {
+				t.Skip("-short: a hostile loop fixture that runs for seconds each way")
 			}
 			if exportsReserved(t, bin) {
 				if _, _, err := Instrument(bin); err == nil {
