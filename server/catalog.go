@@ -76,7 +76,9 @@ type toolSpec struct {
 // modulePath and checkModulePath names a file under ModuleRoot, through
 // BundleMap when it maps it; a path that does not end in .wasm (the source
 // file an indexer records, e.g. tools/echo/index.ts) resolves to the .wasm
-// beside it with the same base name. Paths never escape ModuleRoot
+// beside it with the same base name. A #NAME suffix (an Extism plug-in's
+// export) names no file: it stays in the tool's manifest for the executor,
+// so one module can back several tools. Paths never escape ModuleRoot
 // (symlinks included). The modules are handed to the executor directly: an
 // index is the pack service's production input, so no filesystem
 // codeArtifactRef is involved and dev mode is not needed.
