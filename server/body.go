@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"sync"
@@ -143,3 +144,29 @@ func (s *Server) bodyDeadline(start, callDeadline time.Time) (at time.Time, byCa
 // BodyBytes reports the request-body bytes charged to the budget now and
 // the most ever charged at once (for tests and operators).
 func (s *Server) BodyBytes() (inFlight, peak int64) { return s.bodies.stats() }
+
+// A refused over-limit body is read on and thrown away, at most
+// discardMax more bytes for at most discardTime, before the 413, so that a
+// client that writes its whole body before it reads (Python's urllib and
+// requests) reads the 413 instead of a connection reset: closing a socket
+// with unread data makes the kernel answer with RST.
+const (
+	discardMax  = MaxBodyBytes
+	discardTime = 2 * time.Second
+)
+
+// refuseTooLarge answers 413 for a body over MaxBodyBytes and closes the
+// connection after it. release (nil when nothing is held) gives the body's
+// budget charge back first: the discard holds no budget, reads through
+// io.Discard's small pooled buffer (no memory that grows with the body),
+// and ends at its own read deadline however slowly the client writes.
+func refuseTooLarge(w http.ResponseWriter, r *http.Request, release func()) {
+	if release != nil {
+		release()
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(discardTime))
+	_, _ = io.CopyN(io.Discard, r.Body, discardMax)
+	w.Header().Set("Connection", "close")
+	transportError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes", MaxBodyBytes))
+}

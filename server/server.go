@@ -672,7 +672,7 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.ContentLength > MaxBodyBytes {
-		transportError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes", MaxBodyBytes))
+		refuseTooLarge(w, r, nil)
 		return
 	}
 	// The body is charged to the byte budget before it is read, and the
@@ -706,7 +706,7 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 			s.metrics.reject("body-budget")
 			transportError(w, http.StatusServiceUnavailable, "over capacity: request bodies in flight are at the byte budget")
 		case errors.Is(err, errTooLarge) || errors.As(err, &mbe):
-			transportError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes", MaxBodyBytes))
+			refuseTooLarge(w, r, releaseBody)
 		case byCall && (errors.Is(err, os.ErrDeadlineExceeded) || !time.Now().Before(deadline)):
 			s.answer(w, s.artifactVersion(), start, protoErr(WireDeadlineExceeded, "the %d ms deadline passed while the request body was still arriving", timeout.Milliseconds()), nil, "")
 		case errors.Is(err, os.ErrDeadlineExceeded) || !time.Now().Before(bodyBy):
