@@ -230,6 +230,7 @@ func TestIndexChecks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	skipShortGoGuest(t, "checks_reactor", len(checks))
 	guardrails := []any{
 		map[string]any{"id": "acme.response-not-empty", "kind": "zero-llm", "action": map[string]any{"on-violation": "halt"},
 			"checkModulePath": "guardrails/min-length/index.ts", "checkId": "acme.checks.min-length",

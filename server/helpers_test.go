@@ -108,7 +108,19 @@ func fixture(t testing.TB, name string) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
+	skipShortGoGuest(t, name, len(b))
 	return b
+}
+
+// skipShortGoGuest skips t under -short when the fixture is a multi-MB
+// standard-Go guest: compiling one takes seconds, so these tests run only in
+// the full (CI) run. Fixtures are loaded through fixture, so this is the one
+// place -short decides it.
+func skipShortGoGuest(t testing.TB, name string, size int) {
+	t.Helper()
+	if testing.Short() && size > 1<<20 {
+		t.Skip("-short: loads a guest over 1 MiB (" + name + ", a standard-Go build or the like); compiling it takes seconds")
+	}
 }
 
 // tool builds a manifest for a fixture.

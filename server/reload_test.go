@@ -73,6 +73,9 @@ func slowModule(funcs, n int) []byte {
 // §5 / F16: a reload compiling slow modules keeps /healthz, /readyz and
 // calls answering, and a drain (SIGTERM) does not wait for it.
 func TestReloadStaysResponsive(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: compiles modules built to compile slowly (tens of seconds)")
+	}
 	dir := t.TempDir()
 	echo := map[string]any{}
 	if err := json.Unmarshal(echoTool().Manifest, &echo); err != nil {
