@@ -149,9 +149,12 @@ func (s *Server) BodyBytes() (inFlight, peak int64) { return s.bodies.stats() }
 // discardMax more bytes for at most discardTime, before the 413, so that a
 // client that writes its whole body before it reads (Python's urllib and
 // requests) reads the 413 instead of a connection reset: closing a socket
-// with unread data makes the kernel answer with RST.
+// with unread data makes the kernel answer with RST. What is left past
+// discardMax must fit in the socket buffers for the client to finish its
+// write, so the bound is a few times the cap, not a little over it; the
+// time bound is what holds a slow client.
 const (
-	discardMax  = MaxBodyBytes
+	discardMax  = 4 * MaxBodyBytes
 	discardTime = 2 * time.Second
 )
 

@@ -64,7 +64,9 @@ func TestOversizeBodyWriteAllThenRead(t *testing.T) {
 	}{
 		{"content-length, 1 byte over", server.MaxBodyBytes + 1, false},
 		{"content-length, 4 MiB over", server.MaxBodyBytes + 4<<20, false},
+		{"content-length, 30 MiB", 30 << 20, false},
 		{"chunked, 4 MiB over", server.MaxBodyBytes + 4<<20, true},
+		{"chunked, 30 MiB", 30 << 20, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()
