@@ -21,10 +21,23 @@ func fixture(t testing.TB, name string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(p); err != nil {
+	fi, err := os.Stat(p)
+	if err != nil {
 		t.Fatalf("fixture %s: %v (run make wasm)", name, err)
 	}
+	skipShortGoGuest(t, name, fi.Size())
 	return p
+}
+
+// skipShortGoGuest skips t under -short when the fixture is a multi-MB
+// standard-Go guest: compiling one takes seconds, so these tests run only in
+// the full (CI) run. Every fixture is loaded through fixture, so this is the
+// one place -short decides it.
+func skipShortGoGuest(t testing.TB, name string, size int64) {
+	t.Helper()
+	if testing.Short() && size > 1<<20 {
+		t.Skip("-short: loads a guest over 1 MiB (" + name + ", a standard-Go build or the like); compiling it takes seconds")
+	}
 }
 
 // manifestFor builds a manifest for a fixture; edit adjusts it.

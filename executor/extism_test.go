@@ -47,6 +47,7 @@ func extismPlugin(t testing.TB, name string) []byte {
 	if err == nil {
 		var b []byte
 		if b, err = os.ReadFile(filepath.Join(dir, name)); err == nil {
+			skipShortGoGuest(t, name, int64(len(b)))
 			return b
 		}
 	}
@@ -575,6 +576,9 @@ func TestExtismGoExample(t *testing.T) {
 // module gets a start function from the fuel pass, which is not an entry
 // candidate.
 func TestExtismASExample(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds the AssemblyScript example with asc (seconds)")
+	}
 	dir := filepath.Join("..", "examples", "extism-as")
 	asc := filepath.Join(dir, "node_modules", ".bin", "asc")
 	if _, err := os.Stat(asc); err != nil {

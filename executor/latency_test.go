@@ -167,8 +167,11 @@ func measureRobust(t *testing.T, tool *executor.Tool, g latGuest, n int, cpuMs i
 // WASI: random_get, input_read, output_set, log, fd_write), the deepest call
 // tree without a loop, and a spin loop.
 func TestInterruptLatency(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: runs every hostile loop guest 20+ times against cpuMs and a deadline (about a minute)")
+	}
 	n := 40 // the p99 of 40 calls is their maximum
-	if testing.Short() || raceEnabled {
+	if raceEnabled {
 		n = 20
 	}
 	e := newExecutor(t)
