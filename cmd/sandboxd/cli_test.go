@@ -73,6 +73,11 @@ func writeManifest(t *testing.T, fixture string, extra map[string]any) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Compiling a multi-MB standard-Go guest takes seconds: these tests run
+	// only in the full (CI) run.
+	if fi, err := os.Stat(wasm); err == nil && testing.Short() && fi.Size() > 1<<20 {
+		t.Skip("-short: runs a guest over 1 MiB (" + fixture + ", a standard-Go build); compiling it takes seconds")
+	}
 	m := map[string]any{
 		"id": "cli." + fixture, "description": "cli test", "version": "1.0.0",
 		"input": map[string]any{"type": "object"}, "output": map[string]any{},
