@@ -12,6 +12,9 @@ import (
 // its source (the guest SDK's HandleCheck) with the flags of mk/wasm.mk and
 // compares it with the committed module.
 func TestCheckFixtureReproducible(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds checks_reactor, a multi-MB standard-Go guest (seconds without a build cache)")
+	}
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		t.Fatalf("go is needed to rebuild the fixture: %v", err)

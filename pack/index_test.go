@@ -90,6 +90,9 @@ func TestIndexToolsAndChecks(t *testing.T) {
 }
 
 func TestIndexCheckRoundTrip(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: compiles checks_reactor, a multi-MB standard-Go guest (seconds)")
+	}
 	p, problems := indexPack(t, nil).Read()
 	if len(problems) > 0 {
 		t.Fatal(problems)
