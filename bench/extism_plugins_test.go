@@ -71,6 +71,7 @@ func extismPluginRows(t *testing.T, r *report) {
 	ctx := context.Background()
 	text := strings.Repeat("hello world, ", 79)[:1024] // 1 KiB of text
 	in, _ := json.Marshal(text)
+	r.p("")
 	r.p("## Extism plug-ins: sandboxd vs Extism go-sdk")
 	r.p("")
 	r.p("Unmodified Extism plug-ins, `count_vowels` on 1 KiB of text. sandboxd runs them through its Extism ABI (`docs/extism.md`) with the input schema `{\"type\":\"string\"}` and an object output schema validated, posture context-isolated:")
