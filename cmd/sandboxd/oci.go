@@ -134,6 +134,17 @@ func (c *ociCommand) parse(args []string) ([]string, int, bool) {
 	return pos, 0, true
 }
 
+// open makes the command's registry client and its deadline; done closes
+// both.
+func (c *ociCommand) open(ctx context.Context) (*artifact.OCI, context.Context, func(), error) {
+	oci, err := c.flags.resolver()
+	if err != nil {
+		return nil, ctx, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.flags.timeout)
+	return oci, ctx, func() { cancel(); oci.Close() }, nil
+}
+
 func (c *ociCommand) usage(format string, a ...any) int {
 	fmt.Fprintf(c.stderr, "sandboxd %s: %s\n", c.name, fmt.Sprintf(format, a...))
 	return exitUsage
@@ -183,13 +194,11 @@ func cmdPush(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 		}
 		mods = append(mods, artifact.PushModule{Title: title, Wasm: b})
 	}
-	oci, err := c.flags.resolver()
+	oci, ctx, done, err := c.open(ctx)
 	if err != nil {
 		return c.usage("%v", err)
 	}
-	defer oci.Close()
-	ctx, cancel := context.WithTimeout(ctx, c.flags.timeout)
-	defer cancel()
+	defer done()
 	prog := newProgress(stdout, stderr)
 	var pushOpts []artifact.CallOption
 	if prog.on {
@@ -251,13 +260,11 @@ func cmdPull(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	if len(pos) != 1 {
 		return c.usage("want exactly one reference")
 	}
-	oci, err := c.flags.resolver()
+	oci, ctx, done, err := c.open(ctx)
 	if err != nil {
 		return c.usage("%v", err)
 	}
-	defer oci.Close()
-	ctx, cancel := context.WithTimeout(ctx, c.flags.timeout)
-	defer cancel()
+	defer done()
 	prog := newProgress(stdout, stderr)
 	var pullOpts []artifact.CallOption
 	if prog.on {
@@ -300,13 +307,11 @@ func cmdTag(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.W
 	if len(pos) < 2 {
 		return c.usage("want a reference and one or more tags")
 	}
-	oci, err := c.flags.resolver()
+	oci, ctx, done, err := c.open(ctx)
 	if err != nil {
 		return c.usage("%v", err)
 	}
-	defer oci.Close()
-	ctx, cancel := context.WithTimeout(ctx, c.flags.timeout)
-	defer cancel()
+	defer done()
 	d, err := oci.Tag(ctx, pos[0], pos[1:]...)
 	if err != nil {
 		return c.fail(err)
@@ -333,13 +338,11 @@ func cmdCopy(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	if len(pos) != 2 {
 		return c.usage("want a source and a destination reference")
 	}
-	oci, err := c.flags.resolver()
+	oci, ctx, done, err := c.open(ctx)
 	if err != nil {
 		return c.usage("%v", err)
 	}
-	defer oci.Close()
-	ctx, cancel := context.WithTimeout(ctx, c.flags.timeout)
-	defer cancel()
+	defer done()
 	art, err := oci.Copy(ctx, pos[0], pos[1])
 	if err != nil {
 		return c.fail(err)
@@ -370,13 +373,11 @@ func cmdLogin(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if password == "" {
 		return c.usage("an empty password on stdin")
 	}
-	oci, err := c.flags.resolver()
+	oci, ctx, done, err := c.open(ctx)
 	if err != nil {
 		return c.usage("%v", err)
 	}
-	defer oci.Close()
-	ctx, cancel := context.WithTimeout(ctx, c.flags.timeout)
-	defer cancel()
+	defer done()
 	p, err := oci.Login(ctx, pos[0], *user, password)
 	if err != nil {
 		return c.fail(err)
@@ -419,13 +420,11 @@ func cmdInspect(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 	if len(pos) != 1 {
 		return c.usage("want exactly one reference")
 	}
-	oci, err := c.flags.resolver()
+	oci, ctx, done, err := c.open(ctx)
 	if err != nil {
 		return c.usage("%v", err)
 	}
-	defer oci.Close()
-	ctx, cancel := context.WithTimeout(ctx, c.flags.timeout)
-	defer cancel()
+	defer done()
 	art, err := oci.Inspect(ctx, pos[0])
 	if err != nil {
 		return c.fail(err)
@@ -700,13 +699,11 @@ func cmdTags(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	if len(pos) != 1 {
 		return c.usage("want one repository")
 	}
-	oci, err := c.flags.resolver()
+	oci, ctx, done, err := c.open(ctx)
 	if err != nil {
 		return c.usage("%v", err)
 	}
-	defer oci.Close()
-	ctx, cancel := context.WithTimeout(ctx, c.flags.timeout)
-	defer cancel()
+	defer done()
 	tags, err := oci.Tags(ctx, pos[0])
 	if err != nil {
 		return c.fail(err)
