@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -32,8 +34,9 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 	defer cancel()
 	w := &lockedWriter{w: out}
 	pr, pw := io.Pipe()
-	go filterLines(in, pw, w, server.MaxBodyBytes)
-	t := &sdk.IOTransport{Reader: pr, Writer: w, MaxLineLength: server.MaxBodyBytes + 1}
+	var unanswered atomic.Int64 // calls read from stdin minus answers the SDK wrote
+	go filterLines(in, pw, w, server.MaxBodyBytes, &unanswered)
+	t := &sdk.IOTransport{Reader: pr, Writer: answerCounter{w, &unanswered}, MaxLineLength: server.MaxBodyBytes + 1}
 	ss, err := s.sdk.Connect(sctx, t, nil)
 	if err != nil {
 		return err
@@ -50,6 +53,11 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 	case <-ctx.Done():
 	}
 	abandoned := s.core.Drain()
+	// The core has its outcomes; the SDK writes their answers after the
+	// handlers return. Wait for those writes (briefly) before closing.
+	for end := time.Now().Add(answerGrace); unanswered.Load() > 0 && time.Now().Before(end); {
+		time.Sleep(time.Millisecond)
+	}
 	s.log.Info("stopped", "abandoned", abandoned, "transport", "stdio")
 	_ = ss.Close()
 	_ = pr.Close()
@@ -59,7 +67,7 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 
 // filterLines copies the JSON-RPC messages of in to pw, one per line, and
 // answers every other line on w. It closes pw when in ends.
-func filterLines(in io.Reader, pw *io.PipeWriter, w io.Writer, maxLine int) {
+func filterLines(in io.Reader, pw *io.PipeWriter, w io.Writer, maxLine int, calls *atomic.Int64) {
 	br := bufio.NewReaderSize(in, 64<<10)
 	var line []byte
 	over := false
@@ -83,8 +91,11 @@ func filterLines(in io.Reader, pw *io.PipeWriter, w io.Writer, maxLine int) {
 		} else if msg := bytes.TrimSpace(line); len(msg) > 0 {
 			if code, id, reason := checkMessage(msg); code != 0 {
 				rpcError(w, id, code, reason)
-			} else if _, werr := pw.Write(append(msg, '\n')); werr != nil {
-				return
+			} else {
+				calls.Add(countCalls(msg))
+				if _, werr := pw.Write(append(msg, '\n')); werr != nil {
+					return
+				}
 			}
 		}
 		line = line[:0]
@@ -118,6 +129,59 @@ func checkMessage(b []byte) (code int64, id any, reason string) {
 	}
 	return 0, nil, ""
 }
+
+// answerGrace bounds how long a drained stdio session waits for the SDK
+// to write the answers of calls the core has finished.
+const answerGrace = 2 * time.Second
+
+// countCalls is the number of calls (requests with an id) in a message
+// checkMessage accepted.
+func countCalls(b []byte) int64 {
+	msgs := []json.RawMessage{b}
+	if b[0] == '[' {
+		_ = json.Unmarshal(b, &msgs)
+	}
+	var n int64
+	for _, m := range msgs {
+		if req, ok := decodeRequest(m); ok && req.IsCall() {
+			n++
+		}
+	}
+	return n
+}
+
+func decodeRequest(b []byte) (*jsonrpc.Request, bool) {
+	m, err := jsonrpc.DecodeMessage(b)
+	if err != nil {
+		return nil, false
+	}
+	req, ok := m.(*jsonrpc.Request)
+	return req, ok
+}
+
+// answerCounter is the SDK's writer: it counts the answers (responses) it
+// writes against the calls filterLines counted in.
+type answerCounter struct {
+	w *lockedWriter
+	n *atomic.Int64
+}
+
+func (a answerCounter) Write(p []byte) (int, error) {
+	n, err := a.w.Write(p)
+	for line := range bytes.SplitSeq(p, []byte{'\n'}) {
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		if m, derr := jsonrpc.DecodeMessage(line); derr == nil {
+			if _, ok := m.(*jsonrpc.Response); ok {
+				a.n.Add(-1)
+			}
+		}
+	}
+	return n, err
+}
+
+func (a answerCounter) Close() error { return a.w.Close() }
 
 func rpcError(w io.Writer, id any, code int64, msg string) {
 	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "error": map[string]any{"code": code, "message": msg}})
