@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -30,12 +31,17 @@ const HTTP Style = "http"
 const (
 	defaultHTTPToolTimeout = 30 * time.Second
 	maxErrorBodyExcerpt    = 4 << 10
+	maxMessageBodyExcerpt  = 512
 )
 
 // httpSpec is a compiled spec.kind "http".
 type httpSpec struct {
-	method     string
-	tmpl       urlTemplate
+	method string
+	tmpl   urlTemplate
+	// unfillable holds the placeholders the input schema can never carry
+	// (not in its properties, additionalProperties false): a template
+	// naming one is a broken tool, not a bad input.
+	unfillable map[string]bool
 	headers    [][2]string
 	authHeader string // header carrying the secret, "" for none
 	authPrefix string // "Bearer " for bearer auth
@@ -94,9 +100,11 @@ func compileHTTPSpec(m *manifest.Manifest, pol *egress.Policy) (*httpSpec, error
 	s := &httpSpec{method: sj.Method, timeout: defaultHTTPToolTimeout, parseJSON: true, okMin: 200, okMax: 299}
 	tmpl, origin, err := parseURLTemplate(sj.URLTemplate)
 	if err != nil {
-		return nil, specErr("urlTemplate: %v", err)
+		// Kindgi's registration error names the field as spec.urlTemplate.
+		return nil, toolerr.New(toolerr.InvalidToolDefinition, "spec.urlTemplate: %v", err)
 	}
 	s.tmpl = tmpl
+	s.unfillable = unfillableKeys(m.Input, tmpl.params)
 	for i, h := range sj.Headers {
 		if !isHeaderToken(h.Name) || strings.ContainsAny(h.Value, "\r\n\x00") {
 			return nil, specErr("headers[%d]: invalid header %q", i, h.Name)
@@ -152,6 +160,41 @@ func compileHTTPSpec(m *manifest.Manifest, pol *egress.Policy) (*httpSpec, error
 	}
 	return s, nil
 }
+
+// unfillableKeys returns the params an object input valid against schema
+// can never carry: the schema's top-level properties lack them and its
+// additionalProperties is false (patternProperties aside, which may admit
+// them). Anything it cannot tell stays fillable.
+func unfillableKeys(schema json.RawMessage, params []string) map[string]bool {
+	var sc struct {
+		Properties           map[string]json.RawMessage `json:"properties"`
+		PatternProperties    map[string]json.RawMessage `json:"patternProperties"`
+		AdditionalProperties json.RawMessage            `json:"additionalProperties"`
+	}
+	if json.Unmarshal(schema, &sc) != nil || len(sc.PatternProperties) > 0 || string(bytes.TrimSpace(sc.AdditionalProperties)) != "false" {
+		return nil
+	}
+	var out map[string]bool
+	for _, p := range params {
+		if _, ok := sc.Properties[p]; !ok {
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[p] = true
+		}
+	}
+	return out
+}
+
+// fillError is a placeholder the input cannot fill: missing, null, or not
+// a string, number or boolean.
+type fillError struct {
+	param   string
+	missing bool
+	msg     string
+}
+
+func (e *fillError) Error() string { return e.msg }
 
 // urlTemplate is a URL split at its {param} placeholders.
 type urlTemplate struct {
@@ -229,12 +272,12 @@ func (ut urlTemplate) expand(input map[string]any) (string, error) {
 	for i, p := range ut.params {
 		b.WriteString(ut.parts[i])
 		v, ok := input[p]
-		if !ok || v == nil {
-			return "", fmt.Errorf("the input has no value for {%s}", p)
+		if !ok {
+			return "", &fillError{param: p, missing: true, msg: fmt.Sprintf("urlTemplate references {%s} but the input has no such key", p)}
 		}
 		s, err := scalarString(v)
 		if err != nil {
-			return "", fmt.Errorf("{%s}: %v", p, err)
+			return "", &fillError{param: p, msg: fmt.Sprintf("urlTemplate key {%s} must be a primitive (a string, number or boolean); got %s", p, jsonTypeName(v))}
 		}
 		if ut.query[i] {
 			b.WriteString(url.QueryEscape(s))
@@ -341,6 +384,23 @@ func scalarString(v any) (string, error) {
 		return strconv.FormatBool(x), nil
 	}
 	return "", errors.New("only strings, numbers and booleans can fill a placeholder")
+}
+
+// jsonTypeName is the JSON type of a decoded value (UseNumber).
+func jsonTypeName(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case map[string]any:
+		return "object"
+	case []any:
+		return "array"
+	case string:
+		return "string"
+	case bool:
+		return "boolean"
+	}
+	return "number"
 }
 
 // fillText fills a text body template (no encoding).
@@ -500,13 +560,7 @@ func (t *httpHandler) run(ctx context.Context, inv *invocation, _ map[string]str
 	_ = dec.Decode(&in) // a non-object input fills no placeholder
 	u, err := s.tmpl.expand(in)
 	if err != nil {
-		te := toolerr.New(toolerr.InputValidationFailed, "%v", err)
-		var se *segmentError
-		if errors.As(err, &se) {
-			te.Issues = []toolerr.Issue{{InstancePath: "/" + escapePointer(se.param), SchemaPath: "#/spec/urlTemplate", Keyword: "pathSegment",
-				Params: map[string]any{"placeholder": se.param}, Message: "must fill exactly one path segment: it " + se.reason}}
-		}
-		out.err = te
+		out.err = s.expandError(err)
 		return out
 	}
 	hdr := map[string]string{}
@@ -567,9 +621,14 @@ func (t *httpHandler) run(ctx context.Context, inv *invocation, _ map[string]str
 		return out
 	}
 	if !success {
-		out.err = &toolerr.Error{Code: toolerr.HandlerError,
-			Message: fmt.Sprintf("the server answered %d, outside successStatus %d-%d", resp.Status, s.okMin, s.okMax),
-			Details: map[string]any{"status": resp.Status, "body": sess.Redact(sanitizeLine(data))}}
+		// Like Kindgi, the message carries the start of the body (the
+		// first 512 bytes, redacted); details.body has up to the excerpt.
+		body := sess.Redact(sanitizeLine(data))
+		msg := fmt.Sprintf("the server answered %d %s, outside successStatus %d-%d", resp.Status, http.StatusText(resp.Status), s.okMin, s.okMax)
+		if body != "" {
+			msg += ": " + truncateUTF8(body, maxMessageBodyExcerpt)
+		}
+		out.err = &toolerr.Error{Code: toolerr.HandlerError, Message: msg, Details: map[string]any{"status": resp.Status, "body": body}}
 		return out
 	}
 	if !s.parseJSON {
@@ -581,12 +640,54 @@ func (t *httpHandler) run(ctx context.Context, inv *invocation, _ map[string]str
 		out.output = appendJSONString(make([]byte, 0, n), data)
 		return out
 	}
+	if len(data) == 0 {
+		out.output = []byte("null") // Kindgi: an empty body parses to null
+		return out
+	}
 	if !json.Valid(data) {
-		out.err = &toolerr.Error{Code: toolerr.HandlerError, Message: "the response body is not JSON (spec.parseJson is true)", Details: map[string]any{"status": resp.Status}}
+		var v any
+		msg := "the response body was not valid JSON (spec.parseJson is true)"
+		if err := json.Unmarshal(data, &v); err != nil {
+			msg += ": " + err.Error()
+		}
+		out.err = &toolerr.Error{Code: toolerr.HandlerError, Message: msg, Details: map[string]any{"status": resp.Status}}
 		return out
 	}
 	out.output = data
 	return out
+}
+
+// expandError maps a urlTemplate that the input cannot fill. When some
+// input valid against the tool's schema would have filled it, the input is
+// at fault: input-validation-failed with an Ajv-shaped issue, before any
+// request (as for every other input and needs check). When none could —
+// the template names a key the input schema forbids — the tool's own
+// definition is broken and no caller can fix it: handler-error, as Kindgi
+// answers for every unfillable placeholder.
+func (s *httpSpec) expandError(err error) error {
+	var se *segmentError
+	if errors.As(err, &se) {
+		te := toolerr.New(toolerr.InputValidationFailed, "%v", err)
+		te.Issues = []toolerr.Issue{{InstancePath: "/" + escapePointer(se.param), SchemaPath: "#/spec/urlTemplate", Keyword: "pathSegment",
+			Params: map[string]any{"placeholder": se.param}, Message: "must fill exactly one path segment: it " + se.reason}}
+		return te
+	}
+	var fe *fillError
+	if !errors.As(err, &fe) {
+		return toolerr.New(toolerr.InputValidationFailed, "%v", err)
+	}
+	if s.unfillable[fe.param] {
+		return toolerr.New(toolerr.HandlerError, "%s, and the tool's input schema does not admit that key", fe.msg)
+	}
+	te := toolerr.New(toolerr.InputValidationFailed, "%s", fe.msg)
+	if fe.missing {
+		te.Issues = []toolerr.Issue{{InstancePath: "", SchemaPath: "#/spec/urlTemplate", Keyword: "required",
+			Params: map[string]any{"missingProperty": fe.param}, Message: "must have required property '" + fe.param + "'"}}
+	} else {
+		te.Issues = []toolerr.Issue{{InstancePath: "/" + escapePointer(fe.param), SchemaPath: "#/spec/urlTemplate", Keyword: "type",
+			Params: map[string]any{"type": "string,number,boolean"}, Message: "must be a primitive (string, number or boolean)"}}
+	}
+	return te
 }
 
 // httpToolError maps an egress failure of a declarative HTTP tool.
@@ -733,4 +834,15 @@ func appendJSONString(dst, b []byte) []byte {
 		i += size
 	}
 	return append(dst, '"')
+}
+
+// truncateUTF8 cuts s to at most n bytes, not inside a UTF-8 sequence.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
