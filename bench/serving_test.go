@@ -73,17 +73,8 @@ func scaling(t *testing.T, r *report) {
 	path := filepath.Join(root(t), "testdata/wasm/echo_reactor.wasm")
 	iso := loadTool(t, newExecutor(t, cache, 8), toolManifest("bench.scale", fsRef(path), true, "context-isolated", 5000))
 	none := loadTool(t, newExecutor(t, cache, 8), toolManifest("bench.scale", fsRef(path), true, "none", 5000))
-	var sink atomic.Uint64
-	control := func() error { // pure CPU, no allocation, no shared state
-		h := sha256.Sum256(in)
-		for i := 0; i < 20; i++ {
-			h = sha256.Sum256(h[:])
-		}
-		sink.Add(uint64(h[0]))
-		return nil
-	}
 	cases := []callCase{
-		{"pure-CPU control (sha256, no allocation)", control},
+		{"pure-CPU control (sha256, no allocation)", scalingControl(in)},
 		{"sandboxd context-isolated (pool, recycled)", func() error { _, err := iso.Invoke(ctx, executor.Request{Input: in}); return err }},
 		{"sandboxd none (reused instance)", func() error { _, err := none.Invoke(ctx, executor.Request{Input: in}); return err }},
 	}
@@ -126,6 +117,21 @@ func scaling(t *testing.T, r *report) {
 	r.p("")
 }
 
+// scalingControl is the scaling rows' pure-CPU case: sha256 over in, 21
+// times, no allocation and no shared state but the result's sink (one
+// atomic add per call).
+func scalingControl(in []byte) func() error {
+	var sink atomic.Uint64
+	return func() error {
+		h := sha256.Sum256(in)
+		for i := 0; i < 20; i++ {
+			h = sha256.Sum256(h[:])
+		}
+		sink.Add(uint64(h[0]))
+		return nil
+	}
+}
+
 // hammer runs fn from g goroutines for d; it returns the calls made and
 // the elapsed time.
 func hammer(fn func() error, g int, d time.Duration) (int64, time.Duration, error) {
@@ -159,7 +165,7 @@ const serveToken = "bench-token"
 
 // startServe runs a server.Server with one validated echo tool on a
 // loopback listener and returns its base URL.
-func startServe(t *testing.T, cache string) string {
+func startServe(t testing.TB, cache string) string {
 	path := filepath.Join(root(t), "testdata/wasm/echo_reactor.wasm")
 	src := server.StaticSource{Tools: []server.StaticTool{{
 		Manifest: toolManifest("bench.serve", fsRef(path), true, "context-isolated", 5000), Module: readFile(t, path)}}}
@@ -188,7 +194,7 @@ func startServe(t *testing.T, cache string) string {
 
 // startFloor is the floor: net/http decoding the frame and answering
 // {"v":2,"kind":"result","output":<input>}.
-func startFloor(t *testing.T) string {
+func startFloor(t testing.TB) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -227,10 +233,12 @@ type httpLoad struct {
 	lat     *hist
 }
 
-func postLoop(hc *http.Client, url string, body []byte, conc int, d time.Duration) (httpLoad, error) {
+// postLoop posts body from conc goroutines for d, or until limit calls
+// are made when limit > 0.
+func postLoop(hc *http.Client, url string, body []byte, conc int, d time.Duration, limit int64) (httpLoad, error) {
 	var mu sync.Mutex
 	h := newHist()
-	var n atomic.Int64
+	var n, claimed atomic.Int64
 	var failed atomic.Value
 	var wg sync.WaitGroup
 	cpu0, t0 := processCPU(), time.Now()
@@ -239,7 +247,7 @@ func postLoop(hc *http.Client, url string, body []byte, conc int, d time.Duratio
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for time.Now().Before(end) {
+			for (limit > 0 && claimed.Add(1) <= limit) || (limit <= 0 && time.Now().Before(end)) {
 				s := time.Now()
 				req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
 				req.Header.Set("content-type", "application/json")
@@ -277,7 +285,8 @@ const loadEnv = "SANDBOXD_BENCH_LOAD"
 
 // TestServingLoadChild is the child: it posts the frame in $SANDBOXD_BENCH_LOAD_BODY
 // to $SANDBOXD_BENCH_LOAD from $..._CONC goroutines, warms for 100 ms,
-// prints "go", measures for $..._MS ms and prints "calls elapsedNs p50Ns".
+// prints "go", measures for $..._MS ms (or $..._N calls when set) and
+// prints "calls elapsedNs p50Ns".
 func TestServingLoadChild(t *testing.T) {
 	url := os.Getenv(loadEnv)
 	if url == "" {
@@ -285,13 +294,14 @@ func TestServingLoadChild(t *testing.T) {
 	}
 	conc, _ := strconv.Atoi(os.Getenv(loadEnv + "_CONC"))
 	msec, _ := strconv.Atoi(os.Getenv(loadEnv + "_MS"))
+	limit, _ := strconv.ParseInt(os.Getenv(loadEnv+"_N"), 10, 64)
 	body := []byte(os.Getenv(loadEnv + "_BODY"))
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	if _, err := postLoop(hc, url, body, conc, 100*time.Millisecond); err != nil {
+	if _, err := postLoop(hc, url, body, conc, 100*time.Millisecond, 0); err != nil {
 		t.Fatal(err)
 	}
 	fmt.Println("go")
-	l, err := postLoop(hc, url, body, conc, time.Duration(msec)*time.Millisecond)
+	l, err := postLoop(hc, url, body, conc, time.Duration(msec)*time.Millisecond, limit)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,11 +309,14 @@ func TestServingLoadChild(t *testing.T) {
 }
 
 // childLoad runs the load child against url and returns what it measured
-// with this process's CPU time while it measured.
-func childLoad(t *testing.T, url string, body []byte, conc int, d time.Duration) httpLoad {
+// with this process's CPU time while it measured. With n > 0 the child
+// makes n calls instead of calling for d. b, when not nil, has its timer
+// running only while the child measures (so that a benchmark's allocs/op
+// and profiles cover the measured calls).
+func childLoad(t testing.TB, url string, body []byte, conc int, d time.Duration, n int64, b *testing.B) httpLoad {
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestServingLoadChild$")
 	cmd.Env = append(os.Environ(), loadEnv+"="+url, loadEnv+"_CONC="+strconv.Itoa(conc),
-		loadEnv+"_MS="+strconv.FormatInt(d.Milliseconds(), 10), loadEnv+"_BODY="+string(body))
+		loadEnv+"_MS="+strconv.FormatInt(d.Milliseconds(), 10), loadEnv+"_N="+strconv.FormatInt(n, 10), loadEnv+"_BODY="+string(body))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
@@ -319,12 +332,18 @@ func childLoad(t *testing.T, url string, body []byte, conc int, d time.Duration)
 	for sc.Scan() {
 		line := sc.Text()
 		if line == "go" {
+			if b != nil {
+				b.StartTimer()
+			}
 			cpu0 = processCPU()
 			continue
 		}
 		var el, p50 int64
 		if n, _ := fmt.Sscanf(line, "%d %d %d", &l.calls, &el, &p50); n == 3 {
 			l.cpu = processCPU() - cpu0
+			if b != nil {
+				b.StopTimer()
+			}
 			l.elapsed, l.lat = time.Duration(el), newHist()
 			l.lat.add(time.Duration(p50))
 		}
@@ -335,9 +354,14 @@ func childLoad(t *testing.T, url string, body []byte, conc int, d time.Duration)
 	return l
 }
 
+// serveBody is the invoke frame of the serve rows: the 1 KiB echo input.
+func serveBody() []byte {
+	return []byte(`{"v":2,"kind":"invoke","tool":{"id":"bench.serve"},"input":` + string(payload(1<<10)) + `,"ctx":{"tenantId":"t1","runId":"r1"}}`)
+}
+
 func serveVsFloor(t *testing.T, r *report) {
 	serve, floor := startServe(t, t.TempDir()), startFloor(t)
-	body := []byte(`{"v":2,"kind":"invoke","tool":{"id":"bench.serve"},"input":` + string(payload(1<<10)) + `,"ctx":{"tenantId":"t1","runId":"r1"}}`)
+	body := serveBody()
 	const rounds = 3
 	d := span(700 * time.Millisecond)
 	r.p("## serve over loopback HTTP vs a net/http floor (goals: CPU per call ≤ 1.5×, calls/s ≥ 0.67× at c=8)")
@@ -352,7 +376,7 @@ func serveVsFloor(t *testing.T, r *report) {
 		var p50 [2][]time.Duration
 		for round := 0; round < rounds; round++ {
 			for i, u := range []string{floor, serve} {
-				l := childLoad(t, u+"/v1/invoke", body, conc, d)
+				l := childLoad(t, u+"/v1/invoke", body, conc, d, 0, nil)
 				calls[i] += l.calls
 				el[i] += l.elapsed
 				cpu[i] += l.cpu
