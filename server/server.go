@@ -177,7 +177,8 @@ func New(ctx context.Context, exec *executor.Executor, src Source, opts Options)
 	}
 	lg := opts.Log
 	if lg == nil {
-		lg = slog.New(slog.NewTextHandler(io.Discard, nil))
+		// Disabled at every level: a call record is not even formatted.
+		lg = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{
 		exec: exec, src: src, opts: opts, log: lg,
@@ -573,6 +574,9 @@ type callRecord struct {
 }
 
 func (s *Server) record(rec *callRecord) {
+	if !s.log.Enabled(context.Background(), slog.LevelInfo) {
+		return
+	}
 	// slog.Attr values, not ...any: the same event without boxing each
 	// value (the array holds the most attributes a record has).
 	var buf [11]slog.Attr
@@ -594,10 +598,14 @@ func (s *Server) record(rec *callRecord) {
 }
 
 // answerKeys are the canonical forms of the headers every 200 answer sets.
-var answerKeys = struct{ contentType, duration, artifact, usage, callID string }{
-	http.CanonicalHeaderKey("Content-Type"), http.CanonicalHeaderKey(HeaderDuration), http.CanonicalHeaderKey(HeaderArtifact),
-	http.CanonicalHeaderKey(HeaderUsage), http.CanonicalHeaderKey(HeaderCallID),
+var answerKeys = struct{ contentType, contentLength, duration, artifact, usage, callID string }{
+	http.CanonicalHeaderKey("Content-Type"), http.CanonicalHeaderKey("Content-Length"), http.CanonicalHeaderKey(HeaderDuration),
+	http.CanonicalHeaderKey(HeaderArtifact), http.CanonicalHeaderKey(HeaderUsage), http.CanonicalHeaderKey(HeaderCallID),
 }
+
+// jsonContentType is the Content-Type value of every 200 answer (shared:
+// net/http only reads header values).
+var jsonContentType = []string{"application/json"}
 
 // answer writes a 200 pack-protocol response with the headers every 200
 // answer carries.
@@ -618,7 +626,13 @@ func (s *Server) answer(w http.ResponseWriter, artifactVersion string, start tim
 	// The keys are canonical already (answerKeys): set directly, as
 	// Header.Set would, without canonicalising them on every answer.
 	h := w.Header()
-	h[answerKeys.contentType] = []string{"application/json"}
+	h[answerKeys.contentType] = jsonContentType
+	// A declared length lets net/http send the headers and the body in one
+	// write when the handler flushes (handleInvoke does, before its ticket
+	// closes): without it, a flush before the handler returns switches the
+	// response to chunked encoding and the terminating chunk takes a
+	// second write syscall.
+	h[answerKeys.contentLength] = []string{strconv.Itoa(len(b))}
 	h[answerKeys.duration] = []string{strconv.FormatInt(time.Since(start).Milliseconds(), 10)}
 	h[answerKeys.artifact] = []string{artifactVersion}
 	if usage != nil {
