@@ -123,21 +123,42 @@ func (s *summary) add(ev event) {
 }
 
 // skipReason is the message t.Skip printed ("file_test.go:12: wat2wasm is
-// not installed …"), without the file:line prefix.
+// not installed …"), without the file:line prefix. It is the last such line
+// before "--- SKIP": a test may t.Log before it skips (TestServeEnvelope
+// logs each refused boot, then skips where it needs the built binary), and
+// those lines are not the reason. A multi-line message's further lines
+// carry no prefix, so its first line is the one taken.
 func skipReason(lines []string) string {
+	reason := ""
 	for _, l := range lines {
 		l = strings.TrimSpace(l)
 		if l == "" || strings.HasPrefix(l, "--- SKIP") {
 			continue
 		}
-		if _, rest, ok := strings.Cut(l, ".go:"); ok {
-			if _, msg, ok := strings.Cut(rest, ": "); ok {
-				return msg
-			}
+		if msg, ok := logMessage(l); ok {
+			reason = msg
+		} else if reason == "" {
+			reason = l
 		}
-		return l
 	}
-	return "(no reason given)"
+	if reason == "" {
+		return "(no reason given)"
+	}
+	return reason
+}
+
+// logMessage is l without its "file.go:12: " prefix; ok is false when l
+// has none (a continuation line of a multi-line message).
+func logMessage(l string) (string, bool) {
+	file, rest, ok := strings.Cut(l, ".go:")
+	if !ok || strings.ContainsAny(file, " \t") {
+		return "", false
+	}
+	line, msg, ok := strings.Cut(rest, ": ")
+	if !ok || line == "" || strings.Trim(line, "0123456789") != "" {
+		return "", false
+	}
+	return msg, true
 }
 
 func shortPkg(p string) string { return strings.TrimPrefix(p, "github.com/sandboxd/sandboxd/") }

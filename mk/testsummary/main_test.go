@@ -44,3 +44,27 @@ func TestSummary(t *testing.T) {
 		t.Errorf("passing test output shown or package failure missed:\n%s", got)
 	}
 }
+
+// The reason is the skip's own line, not a t.Log line before it (the
+// summary grouped cmd/sandboxd.TestServeEnvelope under the first boot
+// problem it logged, "tampered index: …"), and only the first line of a
+// multi-line message.
+func TestSkipReasonIsTheLastLogLine(t *testing.T) {
+	for _, tc := range []struct {
+		lines []string
+		want  string
+	}{
+		{[]string{"    serve_pack_test.go:106: tampered index: [map[code:image-unverifiable]]\n",
+			"    serve_pack_test.go:106: untrusted signer: [map[code:signer-not-trusted]]\n",
+			"    serve_pack_test.go:109: -short: builds the sandboxd binary\n",
+			"--- SKIP: TestServeEnvelope (0.02s)\n"}, "-short: builds the sandboxd binary"},
+		{[]string{"    a_test.go:12: wat2wasm is not installed\n", "        second line of the message\n",
+			"--- SKIP: TestWat (0.00s)\n"}, "wat2wasm is not installed"},
+		{[]string{"printed without a prefix\n", "--- SKIP: TestX (0.00s)\n"}, "printed without a prefix"},
+		{[]string{"--- SKIP: TestX (0.00s)\n"}, "(no reason given)"},
+	} {
+		if got := skipReason(tc.lines); got != tc.want {
+			t.Errorf("skipReason(%q) = %q, want %q", tc.lines, got, tc.want)
+		}
+	}
+}
