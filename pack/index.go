@@ -138,14 +138,8 @@ func (s IndexSource) Read() (*Pack, []Problem) {
 		return srcProblem("cannot read the pack index: %v", err)
 	}
 	if s.Verify != nil {
-		if err := s.Verify(b); err != nil {
-			p := Problem{Path: s.Index, Message: err.Error()}
-			var c Coder
-			if errors.As(err, &c) {
-				p.Code = toolerr.Code(c.ErrorCode())
-				p.Message = strings.TrimPrefix(p.Message, c.ErrorCode()+": ")
-			}
-			return nil, []Problem{p}
+		if p := verifyIndex(s.Verify, b, s.Index); p != nil {
+			return nil, []Problem{*p}
 		}
 	}
 	ix, err := ParseIndex(b)
@@ -157,12 +151,35 @@ func (s IndexSource) Read() (*Pack, []Problem) {
 		return srcProblem("module root: %v", err)
 	}
 	defer root.Close()
+	p, problems := readEntries(ix, s.Index, rootFiles{root: root, dir: s.ModuleRoot}, s.BundleMap)
+	return p, problems
+}
+
+// verifyIndex runs verify on the index bytes b (read from where): nil
+// when it passes, else the problem, with a Coder's code.
+func verifyIndex(verify func([]byte) error, b []byte, where string) *Problem {
+	err := verify(b)
+	if err == nil {
+		return nil
+	}
+	p := Problem{Path: where, Message: err.Error()}
+	var c Coder
+	if errors.As(err, &c) {
+		p.Code = toolerr.Code(c.ErrorCode())
+		p.Message = strings.TrimPrefix(p.Message, c.ErrorCode()+": ")
+	}
+	return &p
+}
+
+// readEntries reads the tools and guardrail checks of ix (read from the
+// file named index), their modules from files through bm.
+func readEntries(ix *Index, index string, files moduleFiles, bm BundleMap) (*Pack, []Problem) {
 	p := &Pack{ID: ix.PackID, Version: ix.PackVersion, ArtifactVersion: ix.ArtifactVersion,
 		PublishedAt: ix.PublishedAt, Env: ix.Env, Layout: LayoutIndex}
 	var problems []Problem
 	for i, t := range ix.Tools {
-		src := fmt.Sprintf("%s#/tools/%d", s.Index, i)
-		tool, err := indexTool(root, s, t, src)
+		src := fmt.Sprintf("%s#/tools/%d", index, i)
+		tool, err := indexTool(files, bm, t, src)
 		if err != nil {
 			problems = append(problems, problemOf(t.ID, t.ModulePath, err))
 			continue
@@ -170,8 +187,8 @@ func (s IndexSource) Read() (*Pack, []Problem) {
 		p.Tools = append(p.Tools, tool)
 	}
 	for i, g := range ix.Guardrails {
-		src := fmt.Sprintf("%s#/guardrails/%d", s.Index, i)
-		c, err := indexCheck(root, s, g, src)
+		src := fmt.Sprintf("%s#/guardrails/%d", index, i)
+		c, err := indexCheck(files, bm, g, src)
 		if err != nil {
 			problems = append(problems, problemOf(c.ID, g.CheckModulePath, err))
 			continue
@@ -182,8 +199,8 @@ func (s IndexSource) Read() (*Pack, []Problem) {
 	return p, problems
 }
 
-func indexTool(root *os.Root, s IndexSource, t IndexTool, src string) (Tool, error) {
-	wasm, file, err := readModule(root, s.ModuleRoot, t.ModulePath, s.BundleMap)
+func indexTool(files moduleFiles, bm BundleMap, t IndexTool, src string) (Tool, error) {
+	wasm, file, err := readModule(files, t.ModulePath, bm)
 	if err != nil {
 		return Tool{}, err
 	}
@@ -218,7 +235,7 @@ func indexTool(root *os.Root, s IndexSource, t IndexTool, src string) (Tool, err
 	return Tool{ID: t.ID, Version: pinned, Source: src, Manifest: marshal(m), Module: wasm, ModuleFile: file}, nil
 }
 
-func indexCheck(root *os.Root, s IndexSource, g IndexGuardrail, src string) (Check, error) {
+func indexCheck(files moduleFiles, bm BundleMap, g IndexGuardrail, src string) (Check, error) {
 	decl := guardrailDecl{
 		id: g.ID, checkID: g.CheckID, name: g.Name, kind: g.Kind, severity: g.Severity, sandbox: g.Sandbox,
 		action: g.Action, config: g.Config, configSchema: g.ConfigSchema,
@@ -226,7 +243,7 @@ func indexCheck(root *os.Root, s IndexSource, g IndexGuardrail, src string) (Che
 		artifactRef: marshal(map[string]any{"kind": "filesystem", "modulePath": g.CheckModulePath}),
 		source:      src,
 	}
-	wasm, file, err := readModule(root, s.ModuleRoot, g.CheckModulePath, s.BundleMap)
+	wasm, file, err := readModule(files, g.CheckModulePath, bm)
 	if err != nil {
 		c, _ := newCheck(decl)
 		return c, err

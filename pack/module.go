@@ -40,22 +40,56 @@ func ModuleCandidates(modulePath string, bm BundleMap) ([]string, error) {
 	return out, nil
 }
 
-// readModule reads the module modulePath names under root (see
+// moduleFiles reads files under a module root: a directory (rootFiles)
+// or a pack image's file system (imageFiles).
+type moduleFiles interface {
+	// read returns the regular file name (a slash path under the root), at
+	// most max bytes.
+	read(name string, max int64) ([]byte, error)
+	// where names the file name for a problem.
+	where(name string) string
+}
+
+// rootFiles is a module root directory; symlinks never escape it.
+type rootFiles struct {
+	root *os.Root
+	dir  string
+}
+
+func (r rootFiles) read(name string, max int64) ([]byte, error) { return readIn(r.root, name, max) }
+func (r rootFiles) where(name string) string {
+	return filepath.Join(r.dir, filepath.FromSlash(name))
+}
+
+// readModule reads the module modulePath names under the module root (see
 // ModuleCandidates) and returns it with the file it was read from. Symlinks never escape root; a FIFO never blocks.
-func readModule(root *os.Root, rootDir, modulePath string, bm BundleMap) ([]byte, string, error) {
+func readModule(files moduleFiles, modulePath string, bm BundleMap) ([]byte, string, error) {
 	candidates, err := ModuleCandidates(modulePath, bm)
 	if err != nil {
 		return nil, "", toolerr.Wrap(toolerr.InvalidToolDefinition, err, "")
 	}
 	var tried []string
 	for _, c := range candidates {
-		b, err := readIn(root, c, maxModuleBytes)
+		b, err := files.read(c, maxModuleBytes)
 		if err == nil {
 			return b, c, nil
 		}
-		tried = append(tried, fmt.Sprintf("%s: %v", filepath.Join(rootDir, filepath.FromSlash(c)), err))
+		if te := asRefusal(err); te != nil {
+			return nil, "", te
+		}
+		tried = append(tried, fmt.Sprintf("%s: %v", files.where(c), err))
 	}
 	return nil, "", toolerr.New(toolerr.ArtifactUnavailable, "module not loadable: %s", strings.Join(tried, "; "))
+}
+
+// asRefusal returns the artifact-refused error within err (a pack image
+// entry that is a symbolic link), nil for any other error.
+func asRefusal(err error) *toolerr.Error {
+	var te *toolerr.Error
+	if errors.As(err, &te) && te.Code == toolerr.ArtifactRefused {
+		return te
+	}
+	return nil
 }
 
 // readIn reads the regular file name under root, at most max bytes.

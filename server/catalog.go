@@ -193,7 +193,7 @@ type entry struct {
 // (and closes what was loaded): a pack service serves its index entirely
 // or not at all.
 func loadCatalog(ctx context.Context, exec *executor.Executor, src Source, perTool int) (*catalog, []Problem) {
-	spec, problems := src.load()
+	spec, problems := loadSource(ctx, src)
 	if spec == nil {
 		return nil, problems
 	}

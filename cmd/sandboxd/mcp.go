@@ -32,7 +32,7 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	var sf serviceFlags
 	sf.register(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: sandboxd mcp (--index index.json [--module-root DIR] | --tools DIR) [flags]\n\n"+
+		fmt.Fprintf(stderr, "Usage: sandboxd mcp (--index index.json|oci://REF [--module-root DIR] | --tools DIR) [flags]\n\n"+
 			"Serves the tools as MCP tools on stdin/stdout (newline-delimited JSON-RPC; protocol\n"+
 			"revisions 2025-11-25 and older with initialize, and 2026-07-28). Process events and\n"+
 			"guest output are JSON lines on stderr. Exits 0 when stdin closes; SIGTERM drains;\n"+

@@ -49,9 +49,9 @@ type serviceFlags struct {
 }
 
 func (f *serviceFlags) register(fs *flag.FlagSet) {
-	f.index = fs.String("index", "", "Kindgi pack index (index.json); modules resolve under --module-root")
-	f.moduleRoot = fs.String("module-root", "", "directory the index's modulePaths are relative to (default: the index's directory)")
-	f.bundleMap = fs.String("bundle-map", "", "JSON file mapping the index's source modulePaths to files under --module-root (FILE or FILE#export; Kindgi's dist/bundle-map.json)")
+	f.index = fs.String("index", "", "Kindgi pack index (index.json), or oci://REF: an image carrying one (docs/packs.md \"Pack images\"); modules resolve under --module-root")
+	f.moduleRoot = fs.String("module-root", "", "directory the index's modulePaths are relative to (default: the index's directory; with oci://, a path inside the image, default dist/ or the pack directory)")
+	f.bundleMap = fs.String("bundle-map", "", "JSON file mapping the index's source modulePaths to files under --module-root (FILE or FILE#export; Kindgi's dist/bundle-map.json; with oci://, a path inside the image, default bundle-map.json when present)")
 	f.envelope = fs.String("envelope", "", "refuse to boot (or reload) unless this kindgi-deploy-envelope/v1 verifies against --index and --trusted-keys")
 	f.trustedKeys = fs.String("trusted-keys", "", "JSON file of trusted signing keys for --envelope: {\"keys\":[{\"keyId\",\"publicKey\"}]}")
 	f.toolsDir = fs.String("tools", "", "pack directory: a Kindgi pack.json's tools and guardrails, else tool.json, *.tool.json and */tool.json")
@@ -187,7 +187,15 @@ func (f *serviceFlags) boot(ctx context.Context, plog *slog.Logger, token string
 	closers = append(closers, func() { closeWithin(2*time.Second, func() { _ = exec.Close(context.Background()) }) })
 
 	var src server.Source
-	if *f.index != "" {
+	if ref, ok := strings.CutPrefix(*f.index, ociIndexPrefix); ok {
+		ois := server.OCIIndexSource{Ref: ref, OCI: oci, ModuleRoot: *f.moduleRoot, BundleMap: *f.bundleMap}
+		if *f.envelope != "" {
+			if ois.Verify, err = imageEnvelopeVerifier(ctx, *f.envelope, *f.trustedKeys, ref); err != nil {
+				return fail("config-invalid", []string{err.Error()})
+			}
+		}
+		src = ois
+	} else if *f.index != "" {
 		root := *f.moduleRoot
 		if root == "" {
 			root = filepath.Dir(*f.index)
@@ -265,7 +273,7 @@ func cmdServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	var sf serviceFlags
 	sf.register(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: %s=… sandboxd serve (--index index.json [--module-root DIR] | --tools DIR) [flags]\n\n"+
+		fmt.Fprintf(stderr, "Usage: %s=… sandboxd serve (--index index.json|oci://REF [--module-root DIR] | --tools DIR) [flags]\n\n"+
 			"Serves the tools as a Kindgi pack service: POST /v1/invoke, GET /v1/info, /v1/tools,\n"+
 			"/healthz, /readyz, /metrics (and POST /mcp with --mcp). The listen port is $PORT\n"+
 			"(0 picks one; default 8787) unless --addr is given. Process events (listening,\n"+
@@ -353,6 +361,33 @@ func closeWithin(d time.Duration, close func()) {
 	case <-done:
 	case <-time.After(d):
 	}
+}
+
+// ociIndexPrefix marks an --index carried in an OCI image.
+const ociIndexPrefix = "oci://"
+
+// imageEnvelopeVerifier is envelopeVerifier for an index read from the
+// image ref (serve --index oci://REF): the envelope's imageRef must name
+// ref's repository, and its imageDigest is checked against the digest
+// each load actually resolved, not asked of the registry again.
+func imageEnvelopeVerifier(ctx context.Context, envelopeFile, keysFile, ref string) (func([]byte, *artifact.Artifact) error, error) {
+	env, err := deployenv.ReadFile(envelopeFile)
+	if err != nil {
+		return nil, fmt.Errorf("--envelope: %w", err)
+	}
+	keys, err := deployenv.ReadTrustedKeys(keysFile)
+	if err != nil {
+		return nil, fmt.Errorf("--trusted-keys: %w", err)
+	}
+	return func(index []byte, img *artifact.Artifact) error {
+		served := func(_ context.Context, imageRef string) (string, error) {
+			if !artifact.SameRepository(imageRef, ref) {
+				return "", fmt.Errorf("the envelope's imageRef %s is not the repository served (%s)", imageRef, ref)
+			}
+			return img.Digest, nil
+		}
+		return deployenv.Verify(ctx, env, deployenv.Options{Trusted: keys, Index: index, ImageDigest: served})
+	}, nil
 }
 
 // envelopeVerifier reads a deploy envelope and the trusted keys and

@@ -1,0 +1,443 @@
+package artifact
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/sandboxd/sandboxd/toolerr"
+)
+
+// Pack image layouts (PackImage.Layout).
+const (
+	// PackFiles is an artifact of titled file layers (what `oras push REF
+	// index.json tools/echo.wasm` and `sandboxd pack push` make): each layer
+	// is one file, named by its org.opencontainers.image.title. Root is ".".
+	PackFiles = "files"
+	// PackTar is a container image whose tar layers hold the pack under
+	// /app (Kindgi's image shape; crane append): Root is "app".
+	PackTar = "tar"
+)
+
+// PackImageRoot is the directory of a container image (PackTar) that holds
+// a pack: /app, where Kindgi's image keeps index.json and dist/.
+const PackImageRoot = "app"
+
+// maxPackEntries caps the tar entries read from one pack image.
+const maxPackEntries = 1 << 20
+
+// PackImage is the files of an OCI image that carries a pack, read into
+// memory from blobs verified against their digests. Only regular files are
+// kept; nothing is written to disk by an entry's name, so no entry can
+// reach outside the image. A PackImage is immutable and safe for
+// concurrent use.
+type PackImage struct {
+	// Artifact describes the image manifest the files come from (its Ref is
+	// digest-pinned: the digest actually resolved).
+	Artifact Artifact
+	// Layout is PackFiles or PackTar.
+	Layout string
+	// Root is the image directory the pack is in: "." for PackFiles,
+	// PackImageRoot for PackTar.
+	Root  string
+	files map[string]packEntry
+}
+
+type packEntry struct {
+	data  []byte
+	kind  string // "" for a regular file, else what it is ("a symbolic link")
+	layer string // the layer digest it came from
+}
+
+// Files lists the regular files under Root, sorted (slash paths from the
+// image root).
+func (p *PackImage) Files() []string {
+	var out []string
+	for name, e := range p.files {
+		if e.kind == "" {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// FS returns the image's files as a read-only file system (slash paths
+// from the image root, as fs.ValidPath wants them). Opening anything that
+// is not a regular file of the image fails: fs.ErrNotExist when the image
+// lacks it, an artifact-refused *toolerr.Error (wrapping fs.ErrInvalid)
+// for a symbolic link, hard link, device or FIFO, or a path below one.
+// The FS implements fs.ReadFileFS and fs.StatFS.
+func (p *PackImage) FS() fs.FS { return packFS{p} }
+
+type packFS struct{ p *PackImage }
+
+func (f packFS) entry(op, name string) (packEntry, error) {
+	if !fs.ValidPath(name) {
+		return packEntry{}, &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
+	}
+	// An irregular entry above name (app/dist a symbolic link) refuses it:
+	// a runtime unpacking the image would follow it.
+	for dir := path.Dir(name); dir != "."; dir = path.Dir(dir) {
+		if e, ok := f.p.files[dir]; ok && e.kind != "" {
+			return packEntry{}, &fs.PathError{Op: op, Path: name, Err: f.p.irregular(dir, e)}
+		}
+	}
+	e, ok := f.p.files[name]
+	if !ok {
+		return packEntry{}, &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
+	}
+	if e.kind != "" {
+		return packEntry{}, &fs.PathError{Op: op, Path: name, Err: f.p.irregular(name, e)}
+	}
+	return e, nil
+}
+
+// irregularError is why a pack image entry is not read: artifact-refused,
+// and fs.ErrInvalid for errors.Is.
+type irregularError struct{ te *toolerr.Error }
+
+func (e irregularError) Error() string   { return e.te.Error() }
+func (e irregularError) Unwrap() []error { return []error{e.te, fs.ErrInvalid} }
+
+func (p *PackImage) irregular(name string, e packEntry) error {
+	return irregularError{toolerr.New(toolerr.ArtifactRefused, "/%s in layer %s of %s is %s: a pack image's files must be regular files", name, e.layer, p.Artifact.Ref, e.kind)}
+}
+
+func (f packFS) Open(name string) (fs.File, error) {
+	e, err := f.entry("open", name)
+	if err != nil {
+		return nil, err
+	}
+	return &packFile{name: path.Base(name), r: bytes.NewReader(e.data), size: int64(len(e.data))}, nil
+}
+
+func (f packFS) ReadFile(name string) ([]byte, error) {
+	e, err := f.entry("read", name)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte(nil), e.data...), nil
+}
+
+func (f packFS) Stat(name string) (fs.FileInfo, error) {
+	e, err := f.entry("stat", name)
+	if err != nil {
+		return nil, err
+	}
+	return packInfo{name: path.Base(name), size: int64(len(e.data))}, nil
+}
+
+type packFile struct {
+	name string
+	r    *bytes.Reader
+	size int64
+}
+
+func (f *packFile) Stat() (fs.FileInfo, error) { return packInfo{name: f.name, size: f.size}, nil }
+func (f *packFile) Read(b []byte) (int, error) { return f.r.Read(b) }
+func (f *packFile) Close() error               { return nil }
+
+type packInfo struct {
+	name string
+	size int64
+}
+
+func (i packInfo) Name() string       { return i.name }
+func (i packInfo) Size() int64        { return i.size }
+func (i packInfo) Mode() fs.FileMode  { return 0o444 }
+func (i packInfo) ModTime() time.Time { return time.Time{} }
+func (i packInfo) IsDir() bool        { return false }
+func (i packInfo) Sys() any           { return nil }
+
+// OpenPackImage resolves imageRef (a registry reference or an oci-layout:
+// ref, by tag or digest) and reads the pack it carries:
+//
+//   - an artifact whose config is the OCI empty config or a Wasm config
+//     (ORAS, sandboxd pack push) is PackFiles: every layer is one file named
+//     by its title (a safe relative path, see CheckTitle); an untitled layer
+//     is refused;
+//   - an image with an image config is PackTar: its tar, tar+gzip or
+//     tar+zstd layers are applied in order (later files win; whiteouts
+//     delete, opaque whiteouts hide what lower layers had in a directory)
+//     and the regular files under /app are kept. Entries elsewhere are read
+//     past (their names still checked).
+//
+// Every blob is verified against its digest before its bytes are used
+// (they come through the artifact cache, so a digest-pinned ref works
+// offline once pulled). Refused (artifact-refused): an entry name that is
+// absolute after "/" is stripped or has a ".." element, anywhere in the
+// image; a file over the blob cap (WithMaxBlobSize); files over four
+// times the cap in all; more than 2^20 tar entries; a layer over the cap
+// or of another media type. A symbolic link, hard link, device or FIFO
+// under /app is kept as such and refused when read (see FS). Progress is
+// logged as for Resolve (artifact-resolve with pack true, artifact-download,
+// artifact-failed).
+func (o *OCI) OpenPackImage(ctx context.Context, imageRef string) (*PackImage, error) {
+	r, err := parseImageRef(imageRef, o.insecure)
+	if err != nil {
+		return nil, err
+	}
+	o.logInfo("artifact-resolve", "imageRef", imageRef, "pack", true)
+	p, err := o.openPackImage(ctx, r)
+	if err != nil {
+		o.logError("artifact-failed", "imageRef", imageRef, "pack", true, "error", err.Error())
+	}
+	return p, err
+}
+
+func (o *OCI) openPackImage(ctx context.Context, r *imageRef) (*PackImage, error) {
+	op, err := o.open(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	if len(o.cfg.verifyKeys) > 0 {
+		if err := o.verifySignatures(ctx, op); err != nil {
+			return nil, err
+		}
+	}
+	p := &PackImage{Artifact: op.art, files: map[string]packEntry{}}
+	budget := 4 * o.cfg.maxBlob
+	if op.art.Layout == LayoutWasm {
+		p.Layout, p.Root = PackFiles, "."
+		err = o.readFileLayers(ctx, op, p, budget)
+	} else {
+		p.Layout, p.Root = PackTar, PackImageRoot
+		err = o.readTarLayers(ctx, op, p, budget)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (o *OCI) readFileLayers(ctx context.Context, op *opened, p *PackImage, budget int64) error {
+	var total int64
+	for _, l := range op.doc.Layers {
+		title := l.Annotations[AnnotationTitle]
+		if title == "" {
+			return toolerr.New(toolerr.ArtifactRefused, "%s: layer %s has no %s: every layer of a pack artifact is a file named by its title", op.ref, l.Digest, AnnotationTitle)
+		}
+		if err := CheckTitle(title); err != nil {
+			return toolerr.New(toolerr.ArtifactRefused, "%s: %s", op.ref, toolerr.As(err).Message)
+		}
+		name := cleanPath(title)
+		if _, dup := p.files[name]; dup {
+			return toolerr.New(toolerr.ArtifactRefused, "%s: two layers are titled %q", op.ref, title)
+		}
+		if total += l.Size; total > budget {
+			return toolerr.New(toolerr.ArtifactRefused, "%s: the pack's files are more than %d bytes in all", op.ref, budget)
+		}
+		b, err := o.readBlob(ctx, op.src, l)
+		if err != nil {
+			return err
+		}
+		p.files[name] = packEntry{data: b, layer: l.Digest}
+	}
+	return nil
+}
+
+func (o *OCI) readTarLayers(ctx context.Context, op *opened, p *PackImage, budget int64) error {
+	st := &packBudget{budget: budget, max: o.cfg.maxBlob}
+	for _, l := range op.doc.Layers {
+		isTar, comp := tarLayer(l.MediaType)
+		if !isTar {
+			return toolerr.New(toolerr.ArtifactRefused, "%s: layer %s has media type %q, not a tar layer", op.ref, l.Digest, l.MediaType)
+		}
+		if l.Size > o.cfg.maxBlob {
+			return toolerr.New(toolerr.ArtifactRefused, "%s: layer %s is %d bytes, over the %d-byte cap", op.ref, l.Digest, l.Size, o.cfg.maxBlob)
+		}
+		if err := o.applyLayer(ctx, op, l, comp, p.files, st); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type packBudget struct {
+	budget, used, max int64
+	entries           int
+}
+
+// applyLayer reads one tar layer to its end (so its digest is verified
+// before anything of it is used) and applies it to files.
+func (o *OCI) applyLayer(ctx context.Context, op *opened, l descriptor, comp string, files map[string]packEntry, st *packBudget) error {
+	rc, err := op.src.blob(ctx, l.Digest, l.Size, nil)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	// A refusal found while reading may come from a tampered blob: when its
+	// digest is wrong too, that is the error to report.
+	fail := func(err error) error {
+		if _, derr := io.Copy(io.Discard, rc); errors.Is(derr, toolerr.ArtifactIntegrityFailed) {
+			return derr
+		}
+		return layerError(ctx, err, l)
+	}
+	var r io.Reader = rc
+	switch comp {
+	case compGzip:
+		zr, err := gzip.NewReader(rc)
+		if err != nil {
+			return fail(err)
+		}
+		defer zr.Close()
+		r = zr
+	case compZstd:
+		zr, err := zstd.NewReader(rc, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow), zstd.WithDecoderLowmem(true))
+		if err != nil {
+			return fail(err)
+		}
+		defer zr.Close()
+		r = zr
+	}
+	lim := &io.LimitedReader{R: r, N: maxUnpacked + 1}
+	tr := tar.NewReader(lim)
+	var whiteouts, opaque []string
+	added := map[string]packEntry{}
+	under := PackImageRoot + "/"
+	for {
+		if err := ctx.Err(); err != nil {
+			return toolerr.As(err)
+		}
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fail(err)
+		}
+		if st.entries++; st.entries > maxPackEntries {
+			return fail(toolerr.New(toolerr.ArtifactRefused, "%s has more than %d tar entries", op.ref, maxPackEntries))
+		}
+		name, ok := entryName(h.Name)
+		if !ok {
+			return fail(toolerr.New(toolerr.ArtifactRefused, "%s: layer %s has an entry named %q, which leaves the image root", op.ref, l.Digest, h.Name))
+		}
+		if name == "" || h.Typeflag == tar.TypeDir {
+			continue
+		}
+		dir, base := path.Dir(name), path.Base(name)
+		switch {
+		case base == ".wh..wh..opq":
+			opaque = append(opaque, dir)
+			continue
+		case strings.HasPrefix(base, ".wh."):
+			whiteouts = append(whiteouts, path.Join(dir, strings.TrimPrefix(base, ".wh.")))
+			continue
+		}
+		if !strings.HasPrefix(name, under) {
+			continue // outside /app: not the pack's
+		}
+		switch h.Typeflag {
+		case tar.TypeReg:
+			if h.Size > st.max {
+				return fail(toolerr.New(toolerr.ArtifactRefused, "%s: /%s in layer %s is %d bytes, over the %d-byte cap", op.ref, name, l.Digest, h.Size, st.max))
+			}
+			if st.used += h.Size; st.used > st.budget {
+				return fail(toolerr.New(toolerr.ArtifactRefused, "%s: the files under /%s unpack to more than %d bytes", op.ref, PackImageRoot, st.budget))
+			}
+			b, err := io.ReadAll(io.LimitReader(tr, h.Size))
+			if err != nil {
+				return fail(err)
+			}
+			added[name] = packEntry{data: b, layer: l.Digest}
+		default:
+			added[name] = packEntry{kind: tarKind(h.Typeflag), layer: l.Digest}
+		}
+	}
+	if lim.N <= 0 {
+		return fail(toolerr.New(toolerr.ArtifactRefused, "layer %s unpacks to more than %d bytes", l.Digest, int64(maxUnpacked)))
+	}
+	// Drain what the tar reader left (padding, compression trailer) so the
+	// verifier sees the whole blob; only then are its bytes trusted.
+	if _, err := io.Copy(io.Discard, rc); err != nil {
+		return readError(ctx, err, l.Digest)
+	}
+	// Whiteouts hide what lower layers have; entries of this layer stay.
+	gone := func(name, w string) bool { return name == w || strings.HasPrefix(name, w+"/") }
+	for name := range files {
+		for _, w := range whiteouts {
+			if gone(name, w) {
+				delete(files, name)
+			}
+		}
+		for _, d := range opaque {
+			if d == "." || strings.HasPrefix(name, d+"/") {
+				delete(files, name)
+			}
+		}
+	}
+	for name, e := range added {
+		files[name] = e
+	}
+	return nil
+}
+
+// entryName is a tar entry's name as a path from the image root: a leading
+// "/" or "./" is the root; "" for the root itself. ok is false for a name
+// with a ".." element (a runtime unpacking it would write outside the
+// root) or a backslash-free but otherwise invalid path.
+func entryName(raw string) (string, bool) {
+	n := strings.TrimLeft(raw, "/")
+	for strings.HasPrefix(n, "./") {
+		n = strings.TrimLeft(n[2:], "/")
+	}
+	n = strings.TrimSuffix(n, "/")
+	if n == "" || n == "." {
+		return "", true
+	}
+	for _, el := range strings.Split(n, "/") {
+		if el == ".." {
+			return "", false
+		}
+	}
+	n = path.Clean(n)
+	return n, fs.ValidPath(n)
+}
+
+func tarKind(t byte) string {
+	switch t {
+	case tar.TypeSymlink:
+		return "a symbolic link"
+	case tar.TypeLink:
+		return "a hard link"
+	case tar.TypeChar:
+		return "a character device"
+	case tar.TypeBlock:
+		return "a block device"
+	case tar.TypeFifo:
+		return "a FIFO"
+	}
+	return fmt.Sprintf("a tar entry of type %q", t)
+}
+
+// SameRepository reports whether two imageRefs name the same repository
+// (registry host and path, or the same oci-layout directory), whatever
+// tag or digest each names. Unparseable refs are never the same.
+func SameRepository(a, b string) bool {
+	ra, err := parseImageRef(a, nil)
+	if err != nil {
+		return false
+	}
+	rb, err := parseImageRef(b, nil)
+	if err != nil {
+		return false
+	}
+	if ra.layout != "" || rb.layout != "" {
+		return ra.layout == rb.layout
+	}
+	return ra.repo.Name() == rb.repo.Name()
+}
