@@ -26,6 +26,7 @@ type Schema struct {
 	sch   *jsonschema.Schema
 	doc   any                         // the decoded schema document, never mutated
 	reach map[*jsonschema.Schema]bool // subschemas leading to a default (nil: none)
+	fast  *fastObject                 // fastpath.go; nil when the schema is not of its shape
 }
 
 // dialects a schema may declare with $schema.
@@ -101,7 +102,7 @@ func compileSchema(pointer string, doc any, rule dialectRule) (s *Schema, err er
 	if cost(sch) > maxSchemaCost {
 		return nil, invalidSchema(pointer, pointer, "schema is too complex: validating one value would evaluate more than 1000000 subschemas", nil, nil)
 	}
-	return &Schema{sch: sch, doc: doc, reach: defaultsReach(sch)}, nil
+	return &Schema{sch: sch, doc: doc, reach: defaultsReach(sch), fast: compileFast(doc)}, nil
 }
 
 // DefaultValidationBudget is the validation budget of Validate (and of
@@ -157,6 +158,9 @@ func (s *Schema) ValidateWithin(doc []byte, fillDefaults bool, budget int64) (ou
 			return nil, nil, err
 		}
 		return doc, nil, nil
+	}
+	if s.fast != nil && s.reach == nil && s.fast.valid(doc, budget) {
+		return doc, nil, nil // what the full path returns for it (fastpath.go)
 	}
 	// The tree borrows doc's bytes: it is dropped before Validate returns
 	// (defaults are re-encoded into new bytes); issues are detached from it
