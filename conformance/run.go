@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -70,8 +72,16 @@ type Options struct {
 	// modulePaths and its guardrails' checkModulePaths resolve under
 	// ModuleRoot through BundleMap (nil: none). Case files default to the
 	// index's directory and its cases/ subdirectory.
+	//
+	// Index may be oci://REF, an image carrying the index (see
+	// pack.ImageSource): ModuleRoot and BundleMapPath are then paths inside
+	// the image ("" for its rules), case files default to the image's
+	// (*.cases.json in its pack directory and cases/), and the pack counts
+	// as meant for deploy.
 	Index, ModuleRoot string
 	BundleMap         pack.BundleMap
+	// BundleMapPath is the bundle map inside an oci:// index's image.
+	BundleMapPath string
 	// Envelope is a kindgi-deploy-envelope/v1 file to verify against the
 	// index (needs Index) with the keys of TrustedKeys: an "envelope"
 	// check. The image digest is asked of OCI for the envelope's imageRef.
@@ -82,6 +92,7 @@ type Options struct {
 type OCI interface {
 	artifact.Resolver
 	Inspect(ctx context.Context, imageRef string) (*artifact.Artifact, error)
+	OpenPackImage(ctx context.Context, imageRef string) (*artifact.PackImage, error)
 }
 
 // InfraError is a failure of the run itself rather than of the pack: bad
@@ -122,8 +133,10 @@ func Run(ctx context.Context, source string, opts Options) (*Report, error) {
 			return nil, infra(err, "--cases %s is not a directory", opts.Cases)
 		}
 	}
-	if (opts.Index == "") != (opts.ModuleRoot == "") {
+	if ociIndex := strings.HasPrefix(opts.Index, OCIPrefix); !ociIndex && (opts.Index == "") != (opts.ModuleRoot == "") {
 		return nil, infra(nil, "--index and --module-root go together")
+	} else if opts.BundleMapPath != "" && !ociIndex {
+		return nil, infra(nil, "a bundle map path inside an image goes with an oci:// index")
 	}
 	if opts.Envelope != "" && opts.Index == "" {
 		return nil, infra(nil, "--envelope verifies a pack index: it needs --index")
@@ -161,6 +174,39 @@ func Run(ctx context.Context, source string, opts Options) (*Report, error) {
 			r.relativize()
 			return r.rep, nil
 		}
+	} else if ref, ok := strings.CutPrefix(opts.Index, OCIPrefix); ok {
+		if source != "" {
+			return nil, infra(nil, "give the pack either as PACK or as --index, not both")
+		}
+		if opts.OCI == nil {
+			return nil, infra(nil, "an oci:// index needs an OCI client")
+		}
+		r.rep.Source = opts.Index
+		r.deploy = true // an image is what a deploy ships
+		img, err := opts.OCI.OpenPackImage(ctx, ref)
+		if err != nil {
+			if unreachable(err) || ctx.Err() != nil {
+				return nil, infra(err, "cannot reach the pack image %s", ref)
+			}
+			te := toolerr.As(err)
+			r.rep.add("pack", "image", StatusFail, string(te.Code), "%s", te.Message)
+			return r.rep, nil
+		}
+		r.image = img
+		if opts.Cases != "" {
+			caseDirs = []string{opts.Cases}
+		}
+		p, problems := pack.ImageSource{Image: img, Ref: ref, Pinned: artifact.DigestPinned(ref), ModuleRoot: opts.ModuleRoot, BundleMap: opts.BundleMapPath}.Read()
+		if p == nil {
+			for _, pr := range problems {
+				r.rep.add("pack", "index", StatusFail, string(cmpCode(pr.Code)), "%s", pr.Message)
+			}
+			return r.rep, nil
+		}
+		r.rep.add("pack", "image", StatusPass, "", "%s: %s layout, %d file(s) under /%s", img.Artifact.Ref, img.Layout, len(img.Files()), strings.TrimPrefix(img.Root, "."))
+		lp = fromPack(p, problems, string(filepath.Separator))
+		lp.index, _ = fs.ReadFile(img.FS(), pack.IndexIn(img))
+		r.validateIndex(lp.index, p)
 	} else if opts.Index != "" {
 		if source != "" {
 			return nil, infra(nil, "give the pack either as PACK or as --index/--module-root, not both")
@@ -188,16 +234,7 @@ func Run(ctx context.Context, source string, opts Options) (*Report, error) {
 		}
 		lp = fromPack(p, problems, r.dir)
 		lp.index, _ = os.ReadFile(opts.Index)
-		// A pack service reads the index leniently; an indexer must emit
-		// what the schema says.
-		switch lines, err := pack.ValidateIndex(lp.index); {
-		case err != nil:
-			r.rep.add("pack", "index", StatusFail, string(toolerr.InvalidToolDefinition), "%v", err)
-		case lines != nil:
-			r.rep.add("pack", "index", StatusFail, string(toolerr.InvalidToolDefinition), "not valid against pack-index.schema.json 1.4.0: %s", strings.Join(lines, "; "))
-		default:
-			r.rep.add("pack", "index", StatusPass, "", "valid against pack-index.schema.json 1.4.0: %d tool(s), %d guardrail check(s)", len(p.Tools), len(p.Checks))
-		}
+		r.validateIndex(lp.index, p)
 	} else {
 		st, err := os.Stat(source)
 		if err != nil {
@@ -282,14 +319,26 @@ func Run(ctx context.Context, source string, opts Options) (*Report, error) {
 	}
 	cases := map[string][]caseEntry{}
 	var orphans []caseEntry
+	add := func(e caseEntry) {
+		if e.err != nil {
+			orphans = append(orphans, e) // reported under the file name
+			return
+		}
+		cases[caseKey(e.cf)] = append(cases[caseKey(e.cf)], e)
+	}
 	for _, f := range caseFiles {
 		cf, err := readCaseFile(f)
-		e := caseEntry{file: filepath.Base(f), cf: cf, err: err}
-		if err != nil {
-			orphans = append(orphans, e) // reported under the file name
-			continue
+		add(caseEntry{file: filepath.Base(f), cf: cf, err: err})
+	}
+	if r.image != nil && opts.Cases == "" {
+		for _, name := range imageCaseFiles(r.image) {
+			b, err := fs.ReadFile(r.image.FS(), name)
+			var cf *CaseFile
+			if err == nil {
+				cf, err = ParseCaseFile(b)
+			}
+			add(caseEntry{file: path.Base(name), cf: cf, err: err})
 		}
-		cases[caseKey(cf)] = append(cases[caseKey(cf)], e)
 	}
 
 	type loaded struct {
@@ -356,6 +405,26 @@ func Run(ctx context.Context, source string, opts Options) (*Report, error) {
 	return r.rep, nil
 }
 
+// validateIndex is the "pack index" check: a pack service reads the index
+// leniently; an indexer must emit what the schema says.
+func (r *runner) validateIndex(index []byte, p *pack.Pack) {
+	switch lines, err := pack.ValidateIndex(index); {
+	case err != nil:
+		r.rep.add("pack", "index", StatusFail, string(toolerr.InvalidToolDefinition), "%v", err)
+	case lines != nil:
+		r.rep.add("pack", "index", StatusFail, string(toolerr.InvalidToolDefinition), "not valid against pack-index.schema.json 1.4.0: %s", strings.Join(lines, "; "))
+	default:
+		r.rep.add("pack", "index", StatusPass, "", "valid against pack-index.schema.json 1.4.0: %d tool(s), %d guardrail check(s)", len(p.Tools), len(p.Checks))
+	}
+}
+
+func cmpCode(c toolerr.Code) toolerr.Code {
+	if c == "" {
+		return toolerr.InvalidToolDefinition
+	}
+	return c
+}
+
 // checkEnvelope verifies the deploy envelope against the index and the
 // trusted keys: the pack's "envelope" check. Unreadable files are
 // infrastructure errors.
@@ -374,7 +443,16 @@ func (r *runner) checkEnvelope(ctx context.Context, index []byte) error {
 		return infra(err, "cannot read --trusted-keys")
 	}
 	var digest func(context.Context, string) (string, error)
-	if r.opts.OCI != nil {
+	if img := r.image; img != nil {
+		// The index came from an image: that image is what is checked.
+		ref := strings.TrimPrefix(r.opts.Index, OCIPrefix)
+		digest = func(_ context.Context, imageRef string) (string, error) {
+			if !artifact.SameRepository(imageRef, ref) {
+				return "", fmt.Errorf("the envelope's imageRef %s is not the repository checked (%s)", imageRef, ref)
+			}
+			return img.Artifact.Digest, nil
+		}
+	} else if r.opts.OCI != nil {
 		digest = func(ctx context.Context, ref string) (string, error) {
 			art, err := r.opts.OCI.Inspect(ctx, ref)
 			if err != nil {
@@ -393,6 +471,19 @@ func (r *runner) checkEnvelope(ctx context.Context, index []byte) error {
 	}
 	r.rep.add("pack", "envelope", StatusPass, "", "signed by trusted key %q; image %s; index sha256 and artifactVersion %s match", env.SignerKeyID, shortDigest(env.ImageDigest), env.ArtifactVersion)
 	return nil
+}
+
+// imageCaseFiles lists the case files a pack image carries: *.cases.json
+// in its pack directory and in cases/ below it.
+func imageCaseFiles(img *artifact.PackImage) []string {
+	var out []string
+	for _, name := range img.Files() {
+		dir := path.Dir(name)
+		if strings.HasSuffix(name, ".cases.json") && (dir == img.Root || dir == path.Join(img.Root, "cases")) {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 func caseKey(cf *CaseFile) string {
@@ -442,7 +533,8 @@ type runner struct {
 	rep    *Report
 	dir    string
 	deploy bool
-	pack   *artifact.Artifact // oci:// packs
+	pack   *artifact.Artifact  // oci:// packs
+	image  *artifact.PackImage // an --index oci:// pack's image
 	exec   *executor.Executor
 	wz     wazero.Runtime
 }

@@ -26,9 +26,9 @@ func cmdConformance(ctx context.Context, args []string, _ io.Reader, stdout, std
 		junit         = fs.String("junit", "", "write a JUnit XML report to this file")
 		jsonOut       = fs.String("json", "", "write a JSON report to this file (- for stdout instead of the summary)")
 		deploy        = fs.Bool("deploy", false, "treat the pack as meant for deploy: filesystem refs fail (sandboxd's pack.json \"deploy\": true does the same; a Kindgi pack.json has no such field)")
-		index         = fs.String("index", "", "check a Kindgi pack index (index.json) instead of PACK: its tools and guardrail checks (needs --module-root)")
-		moduleRoot    = fs.String("module-root", "", "directory the index's modulePath and checkModulePath resolve under")
-		bundleMap     = fs.String("bundle-map", "", "JSON file mapping the index's source paths to files under --module-root (optionally FILE#export)")
+		index         = fs.String("index", "", "check a Kindgi pack index (index.json, needs --module-root; or oci://REF, an image carrying one) instead of PACK: its tools and guardrail checks")
+		moduleRoot    = fs.String("module-root", "", "directory the index's modulePath and checkModulePath resolve under (with oci://: a path inside the image, default dist/ or the pack directory)")
+		bundleMap     = fs.String("bundle-map", "", "JSON file mapping the index's source paths to files under --module-root (optionally FILE#export; with oci://: a path inside the image, default bundle-map.json when present)")
 		envelope      = fs.String("envelope", "", "verify this kindgi-deploy-envelope/v1 file against the index and the image it names (needs --index and --trusted-keys)")
 		trustedKeys   = fs.String("trusted-keys", "", "JSON file of trusted signing keys: {\"keys\":[{\"keyId\",\"publicKey\"}]}")
 		deterministic = fs.Bool("deterministic", false, "give guests fixed clocks and a seeded random source")
@@ -47,7 +47,8 @@ func cmdConformance(ctx context.Context, args []string, _ io.Reader, stdout, std
 	ociOpts.register(fs, false)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sandboxd conformance PACK [flags]\n"+
-			"       sandboxd conformance --index index.json --module-root DIR [--bundle-map FILE] [flags]\n\n"+
+			"       sandboxd conformance --index index.json --module-root DIR [--bundle-map FILE] [flags]\n"+
+			"       sandboxd conformance --index oci://REF [--module-root DIR] [--bundle-map FILE] [flags]\n\n"+
 			"PACK is a directory — with a Kindgi pack.json (tools and guardrails it lists), or\n"+
 			"tool manifests (tool.json, *.tool.json, */tool.json) — and case files\n"+
 			"(*.cases.json, also under PACK/cases/), or oci://REF with --cases DIR holding\n"+
@@ -78,7 +79,8 @@ func cmdConformance(ctx context.Context, args []string, _ io.Reader, stdout, std
 	case *index == "":
 		source = pos[0]
 	}
-	if (*index == "") != (*moduleRoot == "") {
+	ociIndex := strings.HasPrefix(*index, conformance.OCIPrefix)
+	if !ociIndex && (*index == "") != (*moduleRoot == "") {
 		return usage("--index and --module-root go together")
 	}
 	if *bundleMap != "" && *index == "" {
@@ -91,7 +93,10 @@ func cmdConformance(ctx context.Context, args []string, _ io.Reader, stdout, std
 		return usage("--trusted-keys is for --envelope")
 	}
 	var bm pack.BundleMap
-	if *bundleMap != "" {
+	var bmPath string
+	if ociIndex {
+		bmPath = *bundleMap // a path inside the image
+	} else if *bundleMap != "" {
 		if bm, err = pack.ReadBundleMap(*bundleMap); err != nil {
 			return usage("%v", err)
 		}
@@ -125,7 +130,7 @@ func cmdConformance(ctx context.Context, args []string, _ io.Reader, stdout, std
 		OCI: oci, CacheDir: *cacheDir, CaseTimeout: *caseTimeout,
 		DefaultMemMB: *memMB, DefaultCPUMs: *cpuMs, FuelBudget: *fuelBudget, AllowUnmetered: *unmetered,
 		MaxMemMB: maxMemMB, MaxCPUMs: maxCPUMs,
-		Index: *index, ModuleRoot: *moduleRoot, BundleMap: bm, Envelope: *envelope, TrustedKeys: *trustedKeys,
+		Index: *index, ModuleRoot: *moduleRoot, BundleMap: bm, BundleMapPath: bmPath, Envelope: *envelope, TrustedKeys: *trustedKeys,
 	}
 	if *fuelBudget < 0 {
 		return usage("--fuel-budget must not be negative")
