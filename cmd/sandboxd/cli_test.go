@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/sandboxd/sandboxd/examples"
 )
 
 // runCLI runs the CLI with a private compilation cache.
@@ -67,16 +69,25 @@ func envelope(t *testing.T, stdout string) map[string]any {
 	return env
 }
 
+// skipShortGoGuest skips t under -short when the guest it runs is over
+// 1 MiB (a standard-Go build: the bundled example, the sample pack's echo,
+// the checks guardrail): compiling one takes seconds, so these tests run
+// only in the full (CI) run.
+func skipShortGoGuest(t *testing.T, name string, size int64) {
+	t.Helper()
+	if testing.Short() && size > 1<<20 {
+		t.Skip("-short: runs a guest over 1 MiB (" + name + ", a standard-Go build); compiling it takes seconds")
+	}
+}
+
 func writeManifest(t *testing.T, fixture string, extra map[string]any) string {
 	t.Helper()
 	wasm, err := filepath.Abs(filepath.Join("..", "..", "testdata", "wasm", fixture+".wasm"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Compiling a multi-MB standard-Go guest takes seconds: these tests run
-	// only in the full (CI) run.
-	if fi, err := os.Stat(wasm); err == nil && testing.Short() && fi.Size() > 1<<20 {
-		t.Skip("-short: runs a guest over 1 MiB (" + fixture + ", a standard-Go build); compiling it takes seconds")
+	if fi, err := os.Stat(wasm); err == nil {
+		skipShortGoGuest(t, fixture, fi.Size())
 	}
 	m := map[string]any{
 		"id": "cli." + fixture, "description": "cli test", "version": "1.0.0",
@@ -95,6 +106,7 @@ func writeManifest(t *testing.T, fixture string, extra map[string]any) string {
 }
 
 func TestRunBundledExample(t *testing.T) {
+	skipShortGoGuest(t, "examples/echo/handler.wasm", int64(len(examples.EchoWasm)))
 	code, stdout, stderr := runCLI(t, "", "run")
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %s, stdout %s", code, stderr, stdout)
@@ -341,6 +353,7 @@ func (w *cliLockedBuffer) String() string {
 // index; every tool answers, /v1/info names the index's pack, and the
 // routes' token rules are those docs/http.md states.
 func TestServeIndexExample(t *testing.T) {
+	skipShortGoGuest(t, "examples/echo/handler.wasm", int64(len(examples.EchoWasm)))
 	t.Setenv(tokenEnv, "dev-token")
 	t.Setenv("PORT", "0")
 	ctx, cancel := context.WithCancel(context.Background())

@@ -28,7 +28,7 @@ var builtBinary struct {
 func sandboxdBinary(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
-		t.Skip("builds the binary")
+		t.Skip("-short: builds the binary")
 	}
 	builtBinary.once.Do(func() {
 		d, err := os.MkdirTemp("", "sandboxd-bin-")

@@ -76,6 +76,7 @@ func TestServeRemovesToken(t *testing.T) {
 
 // boot-failed lists one problem per missing or unloadable module.
 func TestServeBootFailed(t *testing.T) {
+	skipShortGoGuest(t, "examples/echo/handler.wasm", int64(len(examples.EchoWasm)))
 	dir := t.TempDir()
 	var m map[string]json.RawMessage
 	_ = json.Unmarshal(examples.EchoManifest, &m)
@@ -104,6 +105,7 @@ func TestServeBootFailed(t *testing.T) {
 // run --events - writes the lifecycle to stderr; stdout stays exactly one
 // JSON document.
 func TestRunEvents(t *testing.T) {
+	skipShortGoGuest(t, "examples/echo/handler.wasm", int64(len(examples.EchoWasm)))
 	code, stdout, stderr := runCLI(t, "", "run", "--events", "-")
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, stderr)
@@ -140,7 +142,7 @@ func TestRunEvents(t *testing.T) {
 // /readyz answer 503), every accepted call is answered, exit 0.
 func TestServeBinarySignals(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds the binary")
+		t.Skip("-short: builds the binary")
 	}
 	bin := filepath.Join(t.TempDir(), "sandboxd")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
@@ -346,7 +348,7 @@ func duplicateKey(line []byte) string {
 // logged abandoned: 1 for a call answered during that grace.
 func TestServeDrainBound(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds the binary")
+		t.Skip("-short: builds the binary")
 	}
 	bin := filepath.Join(t.TempDir(), "sandboxd")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
