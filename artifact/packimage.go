@@ -183,7 +183,8 @@ func (i packInfo) Sys() any           { return nil }
 // or of another media type. A symbolic link, hard link, device or FIFO
 // under /app is kept as such and refused when read (see FS). Progress is
 // logged as for Resolve (artifact-resolve with pack true, artifact-download,
-// artifact-failed).
+// artifact-failed), and the result as artifact-pack (imageRef, the digest
+// resolved, layout, files).
 func (o *OCI) OpenPackImage(ctx context.Context, imageRef string) (*PackImage, error) {
 	r, err := parseImageRef(imageRef, o.insecure)
 	if err != nil {
@@ -193,8 +194,10 @@ func (o *OCI) OpenPackImage(ctx context.Context, imageRef string) (*PackImage, e
 	p, err := o.openPackImage(ctx, r)
 	if err != nil {
 		o.logError("artifact-failed", "imageRef", imageRef, "pack", true, "error", err.Error())
+		return nil, err
 	}
-	return p, err
+	o.logInfo("artifact-pack", "imageRef", imageRef, "digest", p.Artifact.Digest, "layout", p.Layout, "files", len(p.Files()))
+	return p, nil
 }
 
 func (o *OCI) openPackImage(ctx context.Context, r *imageRef) (*PackImage, error) {
