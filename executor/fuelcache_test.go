@@ -54,6 +54,10 @@ func TestFuelCacheTamper(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	cpuMs := 300
+	if testing.Short() {
+		cpuMs = 50 // each subtest's call spins to its budget
+	}
 	for name, tamper := range map[string]func(entry []byte) []byte{
 		"spinner":     func([]byte) []byte { return spinner },
 		"other entry": func([]byte) []byte { return otherEntry },
@@ -66,7 +70,7 @@ func TestFuelCacheTamper(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			load(t, privateExecutor(t, dir), "loop", withLimits(16, 300))
+			load(t, privateExecutor(t, dir), "loop", withLimits(16, cpuMs))
 			entries := fuelEntries(t, dir)
 			if len(entries) != 1 {
 				t.Fatalf("%d cache entries, want 1", len(entries))
@@ -78,7 +82,7 @@ func TestFuelCacheTamper(t *testing.T) {
 			if err := os.WriteFile(entries[0], tamper(orig), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			tool := load(t, privateExecutor(t, dir), "loop", withLimits(16, 300))
+			tool := load(t, privateExecutor(t, dir), "loop", withLimits(16, cpuMs))
 			if !tool.Metered() {
 				t.Fatal("the tool is not metered")
 			}
