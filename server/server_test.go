@@ -375,7 +375,12 @@ func TestSaturationAndRecovery(t *testing.T) {
 		return ch
 	}
 	// long enough to outlast the steps below under -race on a loaded machine
-	held := hold(4000)
+	// (2.5 s without -race: both held guests spin until their deadline)
+	heldMs, held2Ms := 4000, "3000"
+	if testing.Short() && !raceEnabled {
+		heldMs, held2Ms = 2500, "2000"
+	}
+	held := hold(heldMs)
 	eventually(t, "the held call", func() bool { return ts.metric(t, "sandboxd_inflight_calls") == "1" })
 	// The per-tool cap (1) refuses a second loop call at once…
 	r := ts.invoke(t, invokeBody("t.loop", `{}`))
@@ -388,7 +393,7 @@ func TestSaturationAndRecovery(t *testing.T) {
 	// Fill the second slot and the queue, then the next call is refused.
 	held2 := make(chan *response, 1)
 	go func() {
-		r, _ := do(t, context.Background(), "POST", ts.url+"/v1/invoke", strings.NewReader(invokeBody("t.loop2", `{}`)), authJSON("kindgi-timeout-ms", "3000"))
+		r, _ := do(t, context.Background(), "POST", ts.url+"/v1/invoke", strings.NewReader(invokeBody("t.loop2", `{}`)), authJSON("kindgi-timeout-ms", held2Ms))
 		held2 <- r
 	}()
 	// Both slots must be taken before the burst, or fast echo calls can
