@@ -217,7 +217,9 @@ func resolvesAll(ix *Index, files imageFiles, bm BundleMap) bool {
 		}
 		found := false
 		for _, c := range cands {
-			if _, err := fs.Stat(files.fsys, files.name(c)); err == nil {
+			// A file that is there but refused (a symbolic link) resolves:
+			// reading it reports the refusal.
+			if _, err := fs.Stat(files.fsys, files.name(c)); err == nil || asRefusal(err) != nil {
 				found = true
 				break
 			}

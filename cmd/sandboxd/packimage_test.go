@@ -1,0 +1,450 @@
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/deployenv"
+	"github.com/sandboxd/sandboxd/internal/registrytest"
+)
+
+// The pack images of these tests are built with the real clients: ORAS
+// (a file-layer artifact: `oras push REF index.json tools/… guardrails/…`)
+// and crane (`crane append -f pack.tar`: a container image whose tar
+// layer holds /app/index.json and /app/dist/, Kindgi's image shape), and
+// served by a real docker-registry on loopback. The modules are the
+// repository's WAT examples (identity, allow), so no Go guest is compiled.
+
+// packClient finds a registry client (oras, crane) on PATH or in the
+// repository's .tools/bin; missing, the test is skipped, except under
+// CI=true, where it fails.
+func packClient(t *testing.T, name string) string {
+	t.Helper()
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	if p, err := filepath.Abs("../../.tools/bin/" + name); err == nil {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s is not installed (bash .ci/deps.d/40-oci.sh); CI=true requires it", name)
+	}
+	t.Skipf("%s is not installed (bash .ci/deps.d/40-oci.sh)", name)
+	return ""
+}
+
+// packRegistry is a docker-registry with the clients that push to it.
+type packRegistry struct {
+	t     *testing.T
+	reg   *registrytest.Registry
+	host  string
+	oras  string
+	crane string
+	home  string // an empty docker config: never the host's credentials
+}
+
+func newPackRegistry(t *testing.T) *packRegistry {
+	t.Helper()
+	oras, crane := packClient(t, "oras"), packClient(t, "crane")
+	reg := registrytest.Start(t)
+	home := t.TempDir()
+	return &packRegistry{t: t, reg: reg, host: reg.Host, oras: oras, crane: crane, home: home}
+}
+
+func (r *packRegistry) run(dir, bin string, args ...string) string {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "HOME="+r.home, "DOCKER_CONFIG="+r.home)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		r.t.Fatalf("%s %s: %v\n%s", filepath.Base(bin), strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+var digestRe = regexp.MustCompile(`sha256:[0-9a-f]{64}`)
+
+// orasPush pushes the files of dir (paths relative to it) as titled
+// layers to repo:tag and returns the manifest digest.
+func (r *packRegistry) orasPush(dir, repoTag string, files ...string) string {
+	r.t.Helper()
+	out := r.run(dir, r.oras, append([]string{"push", "--plain-http", "--no-tty", r.host + "/" + repoTag}, files...)...)
+	d := digestRe.FindString(out[strings.LastIndex(out, "Digest:"):])
+	if d == "" {
+		r.t.Fatalf("oras push printed no digest:\n%s", out)
+	}
+	return d
+}
+
+// craneAppend appends the tar file to an empty base as repo:tag and
+// returns the manifest digest.
+func (r *packRegistry) craneAppend(tarFile, repoTag string) string {
+	r.t.Helper()
+	r.run(filepath.Dir(tarFile), r.crane, "append", "--insecure", "-f", tarFile, "-t", r.host+"/"+repoTag)
+	return strings.TrimSpace(r.run("", r.crane, "digest", "--insecure", r.host+"/"+repoTag))
+}
+
+// packIndex is an index of the WAT identity tool and the allow check,
+// their modulePaths as Kindgi's indexer records them (source paths) when
+// sources is set, else the .wasm paths.
+func packIndex(t *testing.T, artifactVersion string, sources bool, toolSandbox string) []byte {
+	t.Helper()
+	tool, check := "tools/identity.wasm", "guardrails/allow.wasm"
+	if sources {
+		tool, check = "tools/identity/index.ts", "guardrails/allow/index.ts"
+	}
+	ix := map[string]any{
+		"v": 1, "packId": "acme", "packVersion": "1.0.0", "artifactVersion": artifactVersion, "publishedAt": "2026-12-01T00:00:00.000Z",
+		"tools": []any{map[string]any{
+			"id": "acme.identity", "description": "Returns its input unchanged.",
+			"input":  map[string]any{"type": "object", "properties": map[string]any{"value": map[string]any{}}, "required": []string{"value"}, "additionalProperties": false},
+			"output": map[string]any{"type": "object", "required": []string{"value"}},
+			"limits": map[string]any{"memMB": 16, "cpuMs": 500}, "sandbox": toolSandbox, "modulePath": tool,
+		}},
+		"guardrails": []any{map[string]any{
+			"id": "acme.allow", "kind": "zero-llm", "action": map[string]any{"on-violation": "halt"},
+			"checkId": "acme.checks.allow", "checkModulePath": check, "limits": map[string]any{"memMB": 16, "cpuMs": 500},
+		}},
+		"agents": []any{}, "flows": []any{},
+	}
+	if toolSandbox == "" {
+		delete(ix["tools"].([]any)[0].(map[string]any), "sandbox")
+	}
+	b, err := json.MarshalIndent(ix, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func exampleModule(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "examples", "pack", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+const identityCases = `{"tool":"acme.identity","cases":[{"name":"returns its input","input":{"value":"hi"},"expect":{"output":{"value":"hi"}}}]}`
+const allowCases = `{"check":"acme.checks.allow","cases":[{"name":"passes","config":{},"trace":{"runId":"r1","tenantId":"t1","output":"x","toolCalls":[],"toolResults":[],"modelCalls":[],"mode":"runtime"},"expect":{"output":{"passed":true,"reason":"allowed"}}}]}`
+
+// filesPack writes a file-layer pack (layout a) to a directory and pushes
+// it with ORAS; it returns the manifest digest.
+func (r *packRegistry) filesPack(repoTag, artifactVersion, toolSandbox string) string {
+	r.t.Helper()
+	dir := r.t.TempDir()
+	files := map[string][]byte{
+		"index.json":                packIndex(r.t, artifactVersion, false, toolSandbox),
+		"tools/identity.wasm":       exampleModule(r.t, "identity.wasm"),
+		"guardrails/allow.wasm":     exampleModule(r.t, "allow.wasm"),
+		"cases/identity.cases.json": []byte(identityCases),
+		"cases/allow.cases.json":    []byte(allowCases),
+	}
+	var names []string
+	for name, b := range files {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		_ = os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			r.t.Fatal(err)
+		}
+		names = append(names, name)
+	}
+	return r.orasPush(dir, repoTag, names...)
+}
+
+// tarPack writes a tar of entries (name → content; a "->target" content
+// is a symbolic link) and appends it with crane; it returns the digest.
+func (r *packRegistry) tarPack(repoTag string, entries [][2]string) string {
+	r.t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range entries {
+		h := &tar.Header{Name: e[0], Mode: 0o644, Typeflag: tar.TypeReg, Size: int64(len(e[1])), ModTime: time.Unix(0, 0)}
+		if target, ok := strings.CutPrefix(e[1], "->"); ok {
+			h.Typeflag, h.Linkname, h.Size = tar.TypeSymlink, target, 0
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			r.t.Fatal(err)
+		}
+		if h.Typeflag == tar.TypeReg {
+			tw.Write([]byte(e[1]))
+		}
+	}
+	tw.Close()
+	f := filepath.Join(r.t.TempDir(), "pack.tar")
+	if err := os.WriteFile(f, buf.Bytes(), 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+	return r.craneAppend(f, repoTag)
+}
+
+// kindgiEntries is Kindgi's image shape: /app/index.json with source
+// modulePaths, /app/dist/ with the modules and dist/bundle-map.json.
+func kindgiEntries(t *testing.T, artifactVersion string) [][2]string {
+	return [][2]string{
+		{"app/index.json", string(packIndex(t, artifactVersion, true, ""))},
+		{"app/dist/bundle-map.json", `{"tools/identity/index.ts":"tools/identity/index.mjs","guardrails/allow/index.ts":"guardrails/allow.wasm"}`},
+		{"app/dist/tools/identity/index.wasm", string(exampleModule(t, "identity.wasm"))},
+		{"app/dist/guardrails/allow.wasm", string(exampleModule(t, "allow.wasm"))},
+		{"app/cases/identity.cases.json", identityCases},
+		{"app/cases/allow.cases.json", allowCases},
+	}
+}
+
+func (r *packRegistry) serveArgs(ref, cache string, extra ...string) []string {
+	return append([]string{"--index", "oci://" + ref, "--insecure-registry", r.host,
+		"--artifact-cache-dir", cache, "--cache-dir", cacheDir(r.t)}, extra...)
+}
+
+// packPost sends one pack protocol request to a served process.
+func packPost(t *testing.T, base, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", base+"/v1/invoke", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("kindgi-pack-token", "tok-123")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(b))
+}
+
+func packInfo(t *testing.T, base string) map[string]any {
+	t.Helper()
+	req, _ := http.NewRequest("GET", base+"/v1/info", nil)
+	req.Header.Set("kindgi-pack-token", "tok-123")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var m map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&m)
+	return m
+}
+
+const (
+	toolCall  = `{"v":2,"kind":"invoke","tool":{"id":"acme.identity"},"input":{"value":"hi"},"ctx":{"tenantId":"t1","runId":"r1"}}`
+	checkCall = `{"v":2,"kind":"check-invoke","check":{"id":"acme.checks.allow"},"config":{},"trace":{"runId":"r1","tenantId":"t1","output":"x","toolCalls":[],"toolResults":[],"modelCalls":[],"mode":"runtime"}}`
+)
+
+// TestServePackImage: serve --index oci://REF boots from an ORAS
+// file-layer artifact and from a crane-appended Kindgi-shaped image (module
+// root /app/dist found by the rule, dist/bundle-map.json mapping the
+// source modulePaths) and answers a tool call and a check-invoke.
+func TestServePackImage(t *testing.T) {
+	r := newPackRegistry(t)
+	filesDigest := r.filesPack("acme/files:1", "20261201.1", "")
+	tarDigest := r.tarPack("acme/kindgi:1", kindgiEntries(t, "20261201.1"))
+	for _, c := range []struct{ name, ref, digest, layout string }{
+		{"oras file layers", r.host + "/acme/files:1", filesDigest, "files"},
+		{"crane tar layer under /app", r.host + "/acme/kindgi:1", tarDigest, "tar"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := startServe(t, r.serveArgs(c.ref, filepath.Join(t.TempDir(), "oci"))...)
+			ev := p.waitEvent("artifact-pack", nil)
+			if ev["digest"] != c.digest || ev["layout"] != c.layout {
+				t.Fatalf("artifact-pack event %v, want digest %s layout %s", ev, c.digest, c.layout)
+			}
+			ev = p.waitEvent("listening", nil)
+			base := fmt.Sprintf("http://127.0.0.1:%d", int(ev["port"].(float64)))
+			status, body := packPost(t, base, toolCall)
+			t.Logf("POST /v1/invoke %s\n→ %d %s", toolCall, status, body)
+			if status != 200 || body != `{"v":2,"kind":"result","output":{"value":"hi"}}` {
+				t.Fatalf("invoke: %d %s", status, body)
+			}
+			status, body = packPost(t, base, checkCall)
+			t.Logf("POST /v1/invoke %s\n→ %d %s", checkCall, status, body)
+			if status != 200 || body != `{"v":2,"kind":"check-result","result":{"passed":true,"reason":"allowed"}}` {
+				t.Fatalf("check-invoke: %d %s", status, body)
+			}
+			if info := packInfo(t, base); info["artifactVersion"] != "20261201.1" || fmt.Sprint(info["checks"]) != "[acme.checks.allow]" {
+				t.Fatalf("/v1/info %v", info)
+			}
+		})
+	}
+}
+
+// TestServePackImageReload: SIGHUP re-resolves the image's tag at once: an
+// image re-tagged to a new index is served after the reload; and a
+// digest-pinned image boots again from the cache with the registry down.
+func TestServePackImageReload(t *testing.T) {
+	r := newPackRegistry(t)
+	first := r.tarPack("acme/live:1", kindgiEntries(t, "20261201.1"))
+	cache := filepath.Join(t.TempDir(), "oci")
+	p := startServe(t, r.serveArgs(r.host+"/acme/live:1", cache)...)
+	ev := p.waitEvent("listening", nil)
+	base := fmt.Sprintf("http://127.0.0.1:%d", int(ev["port"].(float64)))
+	moved := r.tarPack("acme/live:1", kindgiEntries(t, "20261201.2"))
+	if moved == first {
+		t.Fatal("the re-tagged image has the same digest")
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	p.waitEvent("artifact-pack", map[string]string{"digest": moved})
+	p.waitEvent("reloaded", nil)
+	if v := packInfo(t, base)["artifactVersion"]; v != "20261201.2" {
+		t.Fatalf("after the reload /v1/info says artifactVersion %v, want 20261201.2", v)
+	}
+	t.Logf("re-tagged %s -> %s: served after SIGHUP", first[:19], moved[:19])
+
+	// Offline: the pinned image boots from the cache; the tag cannot.
+	r.reg.Stop()
+	pinned := r.host + "/acme/live@" + moved
+	p2 := startServe(t, r.serveArgs(pinned, cache)...)
+	ev = p2.waitEvent("listening", nil)
+	base = fmt.Sprintf("http://127.0.0.1:%d", int(ev["port"].(float64)))
+	if status, body := packPost(t, base, toolCall); status != 200 {
+		t.Fatalf("offline invoke: %d %s", status, body)
+	}
+	t.Setenv(tokenEnv, "tok")
+	code, _, stderr := runCLI(t, "", append([]string{"serve"}, r.serveArgs(r.host+"/acme/live:1", cache, "--addr", "127.0.0.1:0", "--registry-timeout", "5s")...)...)
+	if evs := processEvents(t, stderr, "boot-failed"); code != exitError || len(evs) != 1 || !strings.Contains(fmt.Sprint(evs[0]["problems"]), "artifact-unavailable") {
+		t.Fatalf("a tag with the registry down: exit %d\n%s", code, stderr)
+	}
+}
+
+// TestServePackImageRefused: hostile and broken images refuse to boot,
+// each with its code: a tar entry ../x, a symbolic link as a module, no
+// index.json, a tampered layer blob, a strict tool in an image named by
+// tag (the same image by digest boots).
+func TestServePackImageRefused(t *testing.T) {
+	r := newPackRegistry(t)
+	good := kindgiEntries(t, "20261201.1")
+	strictIndex := string(packIndex(t, "20261201.1", true, "strict"))
+	tampered := r.tarPack("acme/tampered:1", good)
+	for _, c := range []struct {
+		name    string
+		entries [][2]string
+		code    string
+		msg     string
+	}{
+		{"a ../ entry", append([][2]string{{"../x", "x"}}, good...), "artifact-refused", `has an entry named \"../x\", which leaves the image root`},
+		{"a symlink module", append(good[:2:2], [2]string{"app/dist/tools/identity/index.wasm", "->/etc/passwd"}, good[3]), "artifact-refused", "is a symbolic link"},
+		{"no index.json", good[1:], "artifact-unavailable", "carries no pack index: it has no /app/index.json"},
+		{"a strict tool by tag", append([][2]string{{"app/index.json", strictIndex}}, good[1:]...), "artifact-refused", "strict tool acme.identity comes from the pack image"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			repo := "acme/" + strings.ReplaceAll(strings.Trim(strings.NewReplacer(".", "", "/", "").Replace(c.name), " "), " ", "-")
+			digest := r.tarPack(repo+":1", c.entries)
+			t.Setenv(tokenEnv, "tok")
+			code, _, stderr := runCLI(t, "", append([]string{"serve"}, r.serveArgs(r.host+"/"+repo+":1", filepath.Join(t.TempDir(), "oci"), "--addr", "127.0.0.1:0")...)...)
+			evs := processEvents(t, stderr, "boot-failed")
+			b, _ := json.Marshal(evs)
+			if code != exitError || len(evs) != 1 || !strings.Contains(string(b), `"code":"`+c.code+`"`) || !strings.Contains(string(b), c.msg) {
+				t.Fatalf("exit %d, want boot-failed %s %q:\n%s", code, c.code, c.msg, stderr)
+			}
+			t.Logf("%s", b)
+			if c.name == "a strict tool by tag" {
+				p := startServe(t, r.serveArgs(r.host+"/"+repo+"@"+digest, filepath.Join(t.TempDir(), "oci"))...)
+				p.waitEvent("listening", nil)
+			}
+		})
+	}
+	t.Run("a tampered blob", func(t *testing.T) {
+		// The registry behind a proxy that flips a byte of the layer.
+		out := r.run("", r.crane, "manifest", "--insecure", r.host+"/acme/tampered@"+tampered)
+		var m struct{ Layers []struct{ Digest string } }
+		if err := json.Unmarshal([]byte(out), &m); err != nil || len(m.Layers) != 1 {
+			t.Fatalf("manifest: %v %s", err, out)
+		}
+		f := &registrytest.Faults{}
+		f.Tamper(m.Layers[0].Digest)
+		proxy := registrytest.Host(registrytest.NewProxy(t, r.host, f))
+		t.Setenv(tokenEnv, "tok")
+		code, _, stderr := runCLI(t, "", "serve", "--index", "oci://"+proxy+"/acme/tampered:1", "--insecure-registry", proxy,
+			"--artifact-cache-dir", filepath.Join(t.TempDir(), "oci"), "--cache-dir", cacheDir(t), "--addr", "127.0.0.1:0")
+		evs := processEvents(t, stderr, "boot-failed")
+		b, _ := json.Marshal(evs)
+		if code != exitError || !strings.Contains(string(b), `"code":"artifact-integrity-failed"`) {
+			t.Fatalf("exit %d, want boot-failed artifact-integrity-failed:\n%s", code, stderr)
+		}
+		t.Logf("%s", b)
+	})
+}
+
+// TestServePackImageEnvelope: --envelope with an oci index checks the
+// envelope's imageDigest against the digest the boot resolved: the signed
+// image boots; after the tag moved to another image, the boot is refused
+// (image-unverifiable).
+func TestServePackImageEnvelope(t *testing.T) {
+	r := newPackRegistry(t)
+	entries := kindgiEntries(t, "20261201.1")
+	digest := r.tarPack("acme/signed:1", entries)
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "trusted-keys.json")
+	_ = os.WriteFile(keys, []byte(`{"keys":[{"keyId":"acme-ci","publicKey":"`+base64.StdEncoding.EncodeToString(pub)+`"}]}`), 0o644)
+	sum := sha256.Sum256([]byte(entries[0][1]))
+	e := deployenv.Envelope{Schema: deployenv.Schema, ImageRef: r.host + "/acme/signed@" + digest, ImageDigest: digest,
+		ArtifactVersion: "20261201.1", Index: json.RawMessage(`{}`), IndexHash: "sha256:" + hex.EncodeToString(sum[:]),
+		TenantID: "t1", PublishedAt: "2026-12-01T00:00:00.000Z", SignerKeyID: "acme-ci",
+		SignerPublicKey: base64.StdEncoding.EncodeToString(pub)}
+	e.Signature = base64.StdEncoding.EncodeToString(ed25519.Sign(priv, deployenv.SignedBody(e.ArtifactVersion, e.ImageDigest, e.IndexHash, e.PublishedAt, e.TenantID)))
+	b, _ := json.Marshal(e)
+	env := filepath.Join(dir, "deploy-envelope.json")
+	_ = os.WriteFile(env, b, 0o644)
+	args := func() []string {
+		return r.serveArgs(r.host+"/acme/signed:1", filepath.Join(t.TempDir(), "oci"), "--envelope", env, "--trusted-keys", keys)
+	}
+	p := startServe(t, args()...)
+	p.waitEvent("listening", nil)
+
+	r.tarPack("acme/signed:1", kindgiEntries(t, "20261201.2")) // re-tagged
+	t.Setenv(tokenEnv, "tok")
+	code, _, stderr := runCLI(t, "", append([]string{"serve"}, append(args(), "--addr", "127.0.0.1:0")...)...)
+	evs := processEvents(t, stderr, "boot-failed")
+	if code != exitError || len(evs) != 1 || !strings.Contains(fmt.Sprint(evs[0]["problems"]), "code:image-unverifiable") {
+		t.Fatalf("re-tagged image: exit %d\n%s", code, stderr)
+	}
+	t.Logf("re-tagged: %v", evs[0]["problems"])
+}
+
+// TestConformancePackImage: conformance --index oci://REF checks the
+// index pack of an image — tools and guardrail checks, static checks and
+// the cases the image carries — for both layouts.
+func TestConformancePackImage(t *testing.T) {
+	r := newPackRegistry(t)
+	r.filesPack("acme/files:1", "20261201.1", "")
+	r.tarPack("acme/kindgi:1", kindgiEntries(t, "20261201.1"))
+	for _, ref := range []string{r.host + "/acme/files:1", r.host + "/acme/kindgi:1"} {
+		code, stdout, stderr := runCLI(t, "", "conformance", "--index", "oci://"+ref, "--insecure-registry", r.host,
+			"--artifact-cache-dir", filepath.Join(t.TempDir(), "oci"), "--color", "never")
+		t.Logf("sandboxd conformance --index oci://%s\n%s", ref, stdout)
+		if code != exitOK || !strings.Contains(stdout, "PASSED: ") || strings.Contains(stdout, "FAIL") {
+			t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+		}
+		for _, want := range []string{"pack               image", "acme.identity      case returns its input", "acme.checks.allow  case passes"} {
+			if !strings.Contains(stdout, want) {
+				t.Fatalf("the summary lacks %q", want)
+			}
+		}
+	}
+}
