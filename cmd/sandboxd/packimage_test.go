@@ -448,3 +448,41 @@ func TestConformancePackImage(t *testing.T) {
 		}
 	}
 }
+
+// TestMCPPackImage: sandboxd mcp --index oci://REF serves the image's
+// tools over stdio (checks are not MCP tools).
+func TestMCPPackImage(t *testing.T) {
+	r := newPackRegistry(t)
+	r.tarPack("acme/kindgi:1", kindgiEntries(t, "20261201.1"))
+	cmd := exec.Command(sandboxdBinary(t), "mcp", "--index", "oci://"+r.host+"/acme/kindgi:1", "--insecure-registry", r.host,
+		"--artifact-cache-dir", filepath.Join(t.TempDir(), "oci"), "--cache-dir", cacheDir(t))
+	var stderr syncWriter
+	cmd.Stderr = &stderr
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	w := func(s string) { _, _ = io.WriteString(stdin, s+"\n") }
+	w(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	w(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	w(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"acme.identity","arguments":{"value":"mcp"}}}`)
+	dec := json.NewDecoder(stdout)
+	var answers []json.RawMessage
+	for len(answers) < 2 {
+		var m json.RawMessage
+		if err := dec.Decode(&m); err != nil {
+			t.Fatalf("stdout: %v; stderr %s", err, stderr.String())
+		}
+		answers = append(answers, m)
+	}
+	t.Logf("tools/call through the image: %s", answers[1])
+	if !strings.Contains(string(answers[1]), `"structuredContent":{"value":"mcp"}`) {
+		t.Fatalf("tools/call answer %s; stderr %s", answers[1], stderr.String())
+	}
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit: %v; stderr %s", err, stderr.String())
+	}
+}
