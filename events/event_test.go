@@ -44,6 +44,9 @@ func lines(t *testing.T, b []byte) []map[string]json.RawMessage {
 // toolCallId, input projected only after validation (defaults filled); a
 // call whose input fails validation ends failed without an envelope.
 func TestRecorderLifecycle(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: runs a guest over 1 MiB (examples/echo/handler.wasm, a standard-Go build); compiling it takes seconds")
+	}
 	var buf bytes.Buffer
 	rec := events.NewRecorder(&buf)
 	ctx := context.Background()
