@@ -38,8 +38,9 @@ func span(d time.Duration) time.Duration {
 	return d
 }
 
-// TestServingSmoke runs the serving rows once (use -args -quick) and logs
-// the markdown; it checks that every call succeeds, not the figures.
+// TestServingSmoke runs the serving rows and the other rows of issue 17's
+// table once (use -args -quick) and logs the markdown with the goals
+// table; it checks that every call succeeds, not the figures.
 func TestServingSmoke(t *testing.T) {
 	if *out != "" {
 		t.Skip("part of TestSuite")
@@ -47,9 +48,16 @@ func TestServingSmoke(t *testing.T) {
 	if !*quick {
 		t.Skip("run with -args -quick")
 	}
+	goals = nil
 	r := &report{}
 	serving(t, r)
+	goLoopInterruption(t, r)
+	instantiation(t, r)
+	memory(t, r)
 	t.Log("\n" + r.b.String())
+	if len(goals) != 10 {
+		t.Fatalf("%d goal rows, want the 10 of issue 17's table", len(goals))
+	}
 }
 
 // serving writes the rows of issue 17's table that concern a server:
@@ -105,14 +113,22 @@ func scaling(t *testing.T, r *report) {
 	r.p("")
 	r.p("1 KiB validated echo (WAT guest), %d goroutines; %d rounds alternate GOMAXPROCS 1 and 2, every case %s at each. The pure-CPU control shows what the machine gives: when it scales below %.1f× the machine is loaded and the other rows' scaling is not reported. The machine has %d CPUs.", goroutines, rounds, slice, scalingControlMin, runtime.NumCPU())
 	r.p("")
-	r.p("| case | calls/s GOMAXPROCS=1 | calls/s GOMAXPROCS=2 | scaling 2/1 |")
-	r.p("|---|---:|---:|---:|")
+	r.p("| case | calls/s GOMAXPROCS=1 | calls/s GOMAXPROCS=2 | scaling 2/1 | goal ≥ 1.8× |")
+	r.p("|---|---:|---:|---:|---|")
 	for ci, c := range cases {
-		sc := fmt.Sprintf("%.2f×", rate(ci, 1)/rate(ci, 0))
-		if ci > 0 && ctl < scalingControlMin {
+		x := rate(ci, 1) / rate(ci, 0)
+		sc, v := fmt.Sprintf("%.2f×", x), "(the control)"
+		row := "throughput scaling GOMAXPROCS 1 → 2, 1 KiB validated echo, " + c.name
+		switch {
+		case ci == 0:
+		case ctl < scalingControlMin:
 			sc = fmt.Sprintf("not reported: control %.2f×, machine loaded", ctl)
+			v = addUnjudged(row, fmt.Sprintf("%.2f× (control %.2f×)", x, ctl), "≥ 1.8×, never below 1× under load",
+				fmt.Sprintf("machine loaded; under load ≥ 1×: %s", verdict(x >= 1)))
+		default:
+			v = addGoal(row, fmt.Sprintf("%.2f× (control %.2f×)", x, ctl), "≥ 1.8×, never below 1× under load", x >= 1.8)
 		}
-		r.p("| %s | %.0f | %.0f | %s |", c.name, rate(ci, 0), rate(ci, 1), sc)
+		r.p("| %s | %.0f | %.0f | %s | %s |", c.name, rate(ci, 0), rate(ci, 1), sc, v)
 	}
 	r.p("")
 }
@@ -386,8 +402,15 @@ func serveVsFloor(t *testing.T, r *report) {
 		cps := func(i int) float64 { return float64(calls[i]) / el[i].Seconds() }
 		per := func(i int) time.Duration { return cpu[i] / time.Duration(calls[i]) }
 		fp, sp := median(p50[0]), median(p50[1])
-		r.p("| %d | %s | %s | %s | %.0f | %.0f | %.2f× | %s | %s | %s |", conc, us(fp), us(sp), ratio(sp, fp),
-			cps(0), cps(1), cps(1)/cps(0), us(per(0)), us(per(1)), ratio(per(1), per(0)))
+		cpuX, cpsX := ratioOf(per(1), per(0)), cps(1)/cps(0)
+		cpuV := addGoal(fmt.Sprintf("`serve` over loopback HTTP vs net/http floor, c=%d: server CPU per call", conc),
+			fmt.Sprintf("%s (%s vs %s µs)", fmtRatio(cpuX), us(per(1)), us(per(0))), "≤ 1.5×", cpuX <= 1.5)
+		cpsV := "(no goal at c=1)"
+		if conc == 8 {
+			cpsV = addGoal("`serve` over loopback HTTP vs net/http floor, c=8: calls/s", fmt.Sprintf("%.2f× (%.0f vs %.0f)", cpsX, cps(1), cps(0)), "≥ 0.67×", cpsX >= 0.67)
+		}
+		r.p("| %d | %s | %s | %s | %.0f | %.0f | %.2f× %s | %s | %s | %s %s |", conc, us(fp), us(sp), ratio(sp, fp),
+			cps(0), cps(1), cpsX, cpsV, us(per(0)), us(per(1)), ratio(per(1), per(0)), cpuV)
 	}
 	r.p("")
 }

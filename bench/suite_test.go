@@ -437,11 +437,13 @@ func goLoopInterruption(t *testing.T, r *report) {
 		{"wazero with close-on-context-done", variant(plain, true, false)},
 	}
 	res := loopTable(t, r, cases, 1, 8, 400*time.Millisecond,
-		"### Standard-Go guest",
+		"### Standard-Go guest (goal: metered ≤ 1.3× of unlimited)",
 		"`internal/fuel/testdata/goloop` (`GOOS=wasip1` command): 5·10^7 iterations of `spins++` on a package variable; Go compiles every function into a dispatch loop, so each iteration passes a loop header.")
 	r.p("| ratio (p50) | |")
 	r.p("|---|---:|")
-	r.p("| **metered / unlimited** | **%s** |", ratio(res[1].p50, res[0].p50))
+	goRatio := ratioOf(res[1].p50, res[0].p50)
+	v := addGoal("Go-loop interruption overhead (standard-Go guest, sandboxd's fuel pass / plain wazero)", fmtRatio(goRatio), "≤ 1.3×", goRatio <= 1.3)
+	r.p("| **metered / unlimited** (goal ≤ 1.3×: %s) | **%s** |", v, ratio(res[1].p50, res[0].p50))
 	r.p("| close-on-context-done / unlimited | %s |", ratio(res[2].p50, res[0].p50))
 	r.p("")
 	headline.interruptGo = ratio(res[1].p50, res[0].p50)
@@ -488,6 +490,7 @@ func instantiation(t *testing.T, r *report) {
 	r.p("| guest | recycled p50 µs | recycled p99 µs | never-used p50 µs | never-used p99 µs | unpooled p50 µs | unpooled p99 µs | reused p50 µs | fresh instance: recycled | never-used | unpooled |")
 	r.p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	in := payload(1 << 10)
+	var loaded freshLoad
 	for _, g := range []struct {
 		name, file string
 		pace       time.Duration
@@ -510,7 +513,11 @@ func instantiation(t *testing.T, r *report) {
 		for j := range hs {
 			hs[j] = newHist()
 		}
-		for i := 0; i < g.n+5; i++ {
+		samples := g.n
+		if *quick {
+			samples = g.n / 5
+		}
+		for i := 0; i < samples+5; i++ {
 			for j, tool := range tools {
 				for until := time.Now().Add(g.pace); time.Now().Before(until); {
 					runtime.Gosched()
@@ -535,8 +542,17 @@ func instantiation(t *testing.T, r *report) {
 		r.p("| %s | %s | %s | %s | %s | %s | %s | %s | %s µs | %s µs | %s µs |", g.name, us(rc.p50), us(rc.p99), us(po.p50), us(po.p99), us(un.p50), us(un.p99), us(re.p50), us(rc.p50-re.p50), us(po.p50-re.p50), us(un.p50-re.p50))
 		if g.name == "Go echo" {
 			headline.goFresh, headline.goFreshPooled, headline.goFreshRecycled = un.p50-re.p50, po.p50-re.p50, rc.p50-re.p50
+			loaded = goFreshUnderLoad(t, pooled, reused, in)
 		}
 	}
+	r.p("")
+	nu, un := headline.goFreshPooled, headline.goFresh
+	vNever := addGoal("standard-Go guest, fresh-instance cost: strict / never-used pooled (paced, call − reused call)", us(nu)+" µs", "≤ 100 µs", nu <= 100*time.Microsecond)
+	vUn := addGoal("standard-Go guest, fresh-instance cost: unpooled (instantiate + `_initialize` in the call)", us(un)+" µs", "≤ 300 µs", un <= 300*time.Microsecond)
+	r.p("Standard-Go guest against the goals: never-used (strict) fresh instance **%s µs** (goal ≤ 100 µs: **%s**); unpooled **%s µs** (goal ≤ 300 µs: **%s**); recycled %s µs (no goal).", us(nu), vNever, us(un), vUn, us(headline.goFreshRecycled))
+	r.p("")
+	vLoad := addGoal("standard-Go guest, fresh-instance cost under load: never-used pooled with 2 other callers of the tool", us(loaded.cost)+" µs ("+fmtRatio(loaded.vsIdle(nu))+" of idle)", "stable under load: ≤ 100 µs", loaded.cost <= 100*time.Microsecond)
+	r.p("Under load (goal: stable, i.e. still ≤ 100 µs): the never-used Go echo called while 2 goroutines call the same tool back to back, in turn with the reused call under the same load (%d samples each): never-used p50 %s µs, reused p50 %s µs, fresh-instance cost **%s µs** (%s of the idle figure): **%s**.", loaded.n, us(loaded.never), us(loaded.reused), us(loaded.cost), fmtRatio(loaded.vsIdle(nu)), vLoad)
 	r.p("")
 	// compile cold vs cache hit, each in a fresh process
 	exe, err := os.Executable()
@@ -693,29 +709,30 @@ func throughput(t *testing.T, r *report) {
 func memory(t *testing.T, r *report) {
 	rt := root(t)
 	cache := t.TempDir()
-	r.p("## Memory per idle pooled instance")
+	r.p("## Memory per idle pooled instance (goal: standard-Go guest ≤ 1 MiB private RSS per instance)")
 	r.p("")
 	r.p("A context-isolated tool with a pool of N pre-warmed instances (N concurrent calls, four times, grow the pool; N is what it holds when measured) against the same tool with pooling off, in this process: Go heap in use (after GC) and RSS, divided by N. Linear memory is reserved address space that becomes resident only when touched, so a WAT instance that has not run yet costs almost no RSS. Each recyclable instance also keeps, on the Go heap, the copy of its memory it is reset from.")
 	r.p("")
-	r.p("| guest | N | heap per instance KiB | RSS per instance KiB |")
-	r.p("|---|---:|---:|---:|")
+	r.p("| guest | N | heap per instance KiB | RSS per instance KiB | private RSS per instance KiB |")
+	r.p("|---|---:|---:|---:|---:|")
+	var goPrivate float64
 	for _, g := range []struct {
 		file string
 		n    int
 	}{{"echo_reactor.wasm", 64}, {"go_echo_reactor.wasm", 16}} {
 		path := filepath.Join(rt, "testdata/wasm", g.file)
-		snap := func() (heap, res int64) {
+		snap := func() (heap, res, private int64) {
 			runtime.GC()
 			debug.FreeOSMemory()
 			var ms runtime.MemStats
 			runtime.ReadMemStats(&ms)
-			return int64(ms.HeapInuse), rss()
+			return int64(ms.HeapInuse), rss(), privateBytes()
 		}
 		// warm the compile cache and the code paths first
 		loadTool(t, newExecutor(t, cache, 0), toolManifest("bench.mem0", fsRef(path), true, "context-isolated", 5000))
 		e0 := newExecutor(t, cache, 0)
 		t0 := loadTool(t, e0, toolManifest("bench.mem", fsRef(path), true, "context-isolated", 5000))
-		h0, r0 := snap()
+		h0, r0, p0 := snap()
 		e1 := newExecutor(t, cache, g.n)
 		t1 := loadTool(t, e1, toolManifest("bench.mem", fsRef(path), true, "context-isolated", 5000))
 		// A pool starts small and grows by one instance per call that finds
@@ -735,34 +752,49 @@ func memory(t *testing.T, r *report) {
 			wg.Wait()
 		}
 		// the pool fills in the background: wait until the heap stops growing
-		var h1, r1 int64
+		var h1, r1, p1 int64
 		stable := 0
-		for deadline := time.Now().Add(60 * time.Second); stable < 5 && time.Now().Before(deadline); {
+		for deadline := time.Now().Add(span(60 * time.Second)); stable < 5 && time.Now().Before(deadline); {
 			time.Sleep(100 * time.Millisecond)
-			h, rs := snap()
+			h, rs, pr := snap()
 			if h <= h1+h1/200 && h1 > 0 {
 				stable++
 			} else {
 				stable = 0
 			}
-			h1, r1 = h, rs
+			h1, r1, p1 = h, rs, pr
 		}
 		n, _ := t1.PoolStats()
 		if n == 0 {
 			t.Fatalf("%s: the pool is empty", g.file)
 		}
-		r.p("| %s | %d | %s | %s |", g.file, n, kib(float64(h1-h0)/float64(n)), kib(float64(r1-r0)/float64(n)))
+		priv := float64(p1-p0) / float64(n)
+		r.p("| %s | %d | %s | %s | %s |", g.file, n, kib(float64(h1-h0)/float64(n)), kib(float64(r1-r0)/float64(n)), kib(priv))
+		if g.file == "go_echo_reactor.wasm" {
+			goPrivate = priv
+		}
 		_ = t0.Close(context.Background())
 		_ = t1.Close(context.Background())
 		_ = e0.Close(context.Background())
 		_ = e1.Close(context.Background())
 	}
 	r.p("")
+	vMem := addGoal("idle pooled instance, standard-Go guest: private RSS per instance", kib(goPrivate)+" KiB", "≤ 1 MiB (1024 KiB)", goPrivate <= 1024)
+	r.p("Idle pooled standard-Go instance against the goal (≤ 1 MiB private RSS per instance, from `/proc/self/smaps_rollup` Private_Clean + Private_Dirty): **%s KiB: %s**.", kib(goPrivate), vMem)
+	r.p("")
+	headlines(r)
+}
+
+// headlines ends the report's measured sections: the headline figures and
+// every row of issue 17 against its goal.
+func headlines(r *report) {
 	r.p("## Headline")
 	r.p("")
 	r.p("- 1 KiB echo, sandboxd context-isolated (recycled fresh instance) with validation on vs Extism's reused instance without validation: %s µs vs %s µs = **%s** (goal ≤ 0.33×).", us(headline.iso), us(headline.extism), headline.isoVsExtism)
 	r.p("- Interruption overhead (sandboxd with cpuMs enforced / wazero without any limit): **%s** on the WAT loop, **%s** on the standard-Go loop.", headline.interrupt, headline.interruptGo)
 	r.p("- Fresh-instance cost of the standard-Go guest (call − reused call, paced): **%s µs** recycled (the default), %s µs never-used from the pool, %s µs unpooled (instantiate + `_initialize` in the call).", us(headline.goFreshRecycled), us(headline.goFreshPooled), us(headline.goFresh))
+	r.p("")
+	writeGoals(r)
 }
 
 // kib formats a per-instance byte count; differences under 1 KiB (either

@@ -1,0 +1,152 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/executor"
+)
+
+// Issue 17's table, row by row: every section that measures one of its
+// rows records the figure against the goal here (and says met or not met
+// beside its own table); the report ends with all of them in one table.
+
+// goalRow is one measured row against its goal.
+type goalRow struct {
+	row, figure, goal, verdict string
+}
+
+var goals []goalRow
+
+// verdict words a comparison with a goal.
+func verdict(met bool) string {
+	if met {
+		return "met"
+	}
+	return "not met"
+}
+
+// addGoal records a row and returns its verdict.
+func addGoal(row, figure, goal string, met bool) string {
+	v := verdict(met)
+	goals = append(goals, goalRow{row, figure, goal, v})
+	return v
+}
+
+// addUnjudged records a row whose figure cannot be judged in this run.
+func addUnjudged(row, figure, goal, why string) string {
+	v := "not judged: " + why
+	goals = append(goals, goalRow{row, figure, goal, v})
+	return v
+}
+
+// ratioOf is a/b (0 when b is 0).
+func ratioOf(a, b time.Duration) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+func writeGoals(r *report) {
+	r.p("## Issue 17: every row against its goal")
+	r.p("")
+	r.p("Each figure is this run's (the section above it says how it was measured).")
+	r.p("")
+	r.p("| row | figure | goal | verdict |")
+	r.p("|---|---|---|---|")
+	for _, g := range goals {
+		r.p("| %s | %s | %s | **%s** |", g.row, g.figure, g.goal, g.verdict)
+	}
+	r.p("")
+}
+
+// privateBytes returns the process's private resident memory (Linux
+// /proc/self/smaps_rollup Private_Clean + Private_Dirty), or -1.
+func privateBytes() int64 {
+	b, err := os.ReadFile("/proc/self/smaps_rollup")
+	if err != nil {
+		return -1
+	}
+	var kb int64
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 2 && (f[0] == "Private_Clean:" || f[0] == "Private_Dirty:") {
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			kb += n
+		}
+	}
+	return kb << 10
+}
+
+func fmtRatio(x float64) string { return fmt.Sprintf("%.2f×", x) }
+
+// freshLoad is the never-used fresh-instance cost measured under load.
+type freshLoad struct {
+	never, reused, cost time.Duration
+	n                   int
+}
+
+// vsIdle is the loaded cost over the idle one.
+func (f freshLoad) vsIdle(idle time.Duration) float64 { return ratioOf(f.cost, idle) }
+
+// goFreshUnderLoad measures never-used calls (and reused ones, in turn)
+// while 2 goroutines call the never-used tool back to back: what a strict
+// tool's caller meets when others call it too (the pool's refill competes
+// with the callers, and an empty pool instantiates in the call).
+func goFreshUnderLoad(t *testing.T, never, reused *executor.Tool, in []byte) freshLoad {
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	for g := 0; g < 2; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := never.Invoke(ctx, executor.Request{Input: in}); err != nil {
+					failed.Store(err)
+					return
+				}
+			}
+		}()
+	}
+	hn, hr := newHist(), newHist()
+	n := 40
+	if *quick {
+		n = 8
+	}
+	for i := 0; i < n+2; i++ {
+		for j, tool := range []*executor.Tool{never, reused} {
+			t0 := time.Now()
+			if _, err := tool.Invoke(ctx, executor.Request{Input: in}); err != nil {
+				close(stop)
+				wg.Wait()
+				t.Fatal(err)
+			}
+			if i >= 2 {
+				[]*hist{hn, hr}[j].add(time.Since(t0))
+			}
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		t.Fatal(err)
+	}
+	f := freshLoad{never: hn.quantile(0.5), reused: hr.quantile(0.5), n: hn.n}
+	f.cost = f.never - f.reused
+	return f
+}
