@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -443,4 +444,101 @@ func SameRepository(a, b string) bool {
 		return ra.layout == rb.layout
 	}
 	return ra.repo.Name() == rb.repo.Name()
+}
+
+// PackFile is one file of a pack artifact to push: its title (a safe
+// relative path, see CheckTitle) and bytes.
+type PackFile struct {
+	Title string
+	Data  []byte
+}
+
+// ArtifactTypePack is the artifactType of the pack artifacts PushPack
+// writes.
+const ArtifactTypePack = "application/vnd.sandboxd.pack.v1"
+
+// PushPack pushes files as a PackFiles artifact to imageRef (a registry
+// tag or an oci-layout: ref, as Push): the OCI empty config, artifactType
+// ArtifactTypePack, one layer per file titled with its path —
+// application/wasm for a Wasm binary (so a codeArtifactRef may name it
+// too), application/json for a .json file, else
+// application/octet-stream — and version as the manifest's
+// org.opencontainers.image.version. The bytes depend only on the inputs.
+// It returns the pushed artifact (its Ref digest-pinned).
+func (o *OCI) PushPack(ctx context.Context, imageRef, version string, files []PackFile) (*Artifact, error) {
+	r, err := parseImageRef(imageRef, o.insecure)
+	if err != nil {
+		return nil, err
+	}
+	if r.pinned() {
+		return nil, toolerr.New(toolerr.ArtifactRefused, "push to a tag, not a digest: %s", imageRef)
+	}
+	if version == "" {
+		return nil, toolerr.New(toolerr.ArtifactRefused, "an artifact needs a version (org.opencontainers.image.version)")
+	}
+	empty := []byte("{}")
+	blobs := map[string][]byte{Digest(empty): empty}
+	doc := manifestDoc{SchemaVersion: 2, MediaType: mediaTypeOCIManifest, ArtifactType: ArtifactTypePack,
+		Config:      &descriptor{MediaType: mediaTypeOCIEmpty, Digest: Digest(empty), Size: int64(len(empty))},
+		Annotations: map[string]string{AnnotationVersion: version}}
+	seen := map[string]bool{}
+	for _, f := range files {
+		if err := CheckTitle(f.Title); err != nil {
+			return nil, err
+		}
+		if seen[cleanPath(f.Title)] {
+			return nil, toolerr.New(toolerr.ArtifactRefused, "two files are titled %q", f.Title)
+		}
+		seen[cleanPath(f.Title)] = true
+		if int64(len(f.Data)) > o.cfg.maxBlob {
+			return nil, toolerr.New(toolerr.ArtifactRefused, "%q is %d bytes, over the %d-byte cap", f.Title, len(f.Data), o.cfg.maxBlob)
+		}
+		mt := "application/octet-stream"
+		switch {
+		case bytes.HasPrefix(f.Data, []byte("\x00asm")):
+			mt = MediaTypeWasmLayer
+		case strings.HasSuffix(f.Title, ".json"):
+			mt = "application/json"
+		}
+		d := Digest(f.Data)
+		blobs[d] = f.Data
+		doc.Layers = append(doc.Layers, descriptor{MediaType: mt, Digest: d, Size: int64(len(f.Data)), Annotations: map[string]string{AnnotationTitle: f.Title}})
+	}
+	manifest, err := json.Marshal(doc)
+	if err != nil {
+		return nil, toolerr.Wrap(toolerr.Internal, err, "")
+	}
+	md := Digest(manifest)
+	if r.layout != "" {
+		if err := writeLayout(r.layout, r.tag, blobs, manifest, mediaTypeOCIManifest); err != nil {
+			return nil, err
+		}
+	} else {
+		up, err := o.newUploader(ctx, r.repo)
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range append([]descriptor{*doc.Config}, doc.Layers...) {
+			if err := up.blob(ctx, l.Digest, blobs[l.Digest], nil); err != nil {
+				return nil, registryError(ctx, err, "pushing to "+r.repo.Name(), up.auth, 0)
+			}
+		}
+		if err := up.manifest(ctx, r.tag, mediaTypeOCIManifest, manifest); err != nil {
+			return nil, err
+		}
+		if c, err := o.openCache(); err == nil { // the pushing host resolves it offline
+			for d, b := range blobs {
+				_ = c.putBytes(d, b)
+			}
+			_ = c.putBytes(md, manifest)
+		}
+	}
+	art := &Artifact{Ref: r.canonical(md), Digest: md, MediaType: mediaTypeOCIManifest, ArtifactType: ArtifactTypePack,
+		ConfigMediaType: mediaTypeOCIEmpty, Layout: LayoutWasm, Version: version, VersionFrom: VersionFromManifest,
+		Size: int64(len(manifest))}
+	for _, l := range doc.Layers {
+		art.Layers = append(art.Layers, Layer{MediaType: l.MediaType, Digest: l.Digest, Size: l.Size, Title: l.Annotations[AnnotationTitle]})
+		art.Size += l.Size
+	}
+	return art, nil
 }

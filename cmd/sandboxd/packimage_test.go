@@ -486,3 +486,45 @@ func TestMCPPackImage(t *testing.T) {
 		t.Fatalf("exit: %v; stderr %s", err, stderr.String())
 	}
 }
+
+// TestPushPack: sandboxd push-pack pushes a Kindgi-shaped pack directory
+// (index.json with source modulePaths, dist/ with the modules and the
+// bundle map) as a file-layer artifact that serve --index oci://REF serves
+// with no other flag; a pack with a missing module is not pushed.
+func TestPushPack(t *testing.T) {
+	r := newPackRegistry(t)
+	dir := t.TempDir()
+	for _, e := range kindgiEntries(t, "20261201.1") {
+		p := filepath.Join(dir, filepath.FromSlash(e[0]))
+		_ = os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(e[1]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	app := filepath.Join(dir, "app")
+	push := func(ref string) (int, string, string) {
+		return runCLI(t, "", "push-pack", "--index", filepath.Join(app, "index.json"), "--module-root", filepath.Join(app, "dist"),
+			"--bundle-map", filepath.Join(app, "dist", "bundle-map.json"), ref, "--insecure-registry", r.host,
+			"--artifact-cache-dir", filepath.Join(t.TempDir(), "oci"))
+	}
+	code, stdout, stderr := push(r.host + "/acme/pushed:1")
+	ref := strings.TrimSpace(stdout)
+	if code != exitOK || !strings.HasPrefix(ref, r.host+"/acme/pushed@sha256:") {
+		t.Fatalf("push-pack: exit %d %s %s", code, stdout, stderr)
+	}
+	p := startServe(t, r.serveArgs(ref, filepath.Join(t.TempDir(), "oci"))...)
+	ev := p.waitEvent("listening", nil)
+	base := fmt.Sprintf("http://127.0.0.1:%d", int(ev["port"].(float64)))
+	if status, body := packPost(t, base, checkCall); status != 200 || !strings.Contains(body, `"passed":true`) {
+		t.Fatalf("check-invoke: %d %s", status, body)
+	}
+	if status, body := packPost(t, base, toolCall); status != 200 || !strings.Contains(body, `"value":"hi"`) {
+		t.Fatalf("invoke: %d %s", status, body)
+	}
+
+	_ = os.Remove(filepath.Join(app, "dist", "guardrails", "allow.wasm"))
+	code, _, stderr = push(r.host + "/acme/pushed:2")
+	if code != exitError || !strings.Contains(stderr, "acme.checks.allow: module not loadable") {
+		t.Fatalf("a missing module: exit %d %s", code, stderr)
+	}
+}
