@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sandboxd/sandboxd/toolerr"
@@ -183,11 +184,15 @@ func (c *cache) store(d string, size, max int64, src io.Reader, progress func(in
 			os.Remove(tmp.Name())
 		}
 	}()
-	var dst io.Writer = tmp
+	// The file is written in pieces of at most writeChunk bytes (see
+	// chunkWriter), through a buffer of that size when src is a stream.
+	var dst io.Writer = chunkWriter{tmp}
 	if progress != nil {
-		dst = &progressWriter{w: tmp, fn: progress}
+		dst = &progressWriter{w: dst, fn: progress}
 	}
-	n, err := io.Copy(dst, src)
+	buf := copyBufs.Get().(*[]byte)
+	n, err := io.CopyBuffer(dst, src, *buf)
+	copyBufs.Put(buf)
 	if err != nil {
 		return err
 	}
@@ -210,6 +215,34 @@ func (c *cache) store(d string, size, max int64, src io.Reader, progress func(in
 		syncDir(filepath.Dir(c.blobPath(d)))
 	}
 	return nil
+}
+
+// writeChunk is the largest write(2) of a cache file.
+const writeChunk = 256 << 10
+
+// copyBufs are the buffers of cache writes from a stream (a download):
+// the socket reads and file writes come in pieces of writeChunk, not
+// os.File.ReadFrom's 32 KiB.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, writeChunk); return &b }}
+
+// chunkWriter writes to a file in pieces of at most writeChunk bytes. It
+// has no ReadFrom, so io.CopyBuffer uses the given buffer. Measured on
+// ext4 (a 2-core VM): one write(2) of 50 MB from memory took 90-245 ms,
+// the same bytes in 256 KiB writes 17-26 ms; the push's copy of its
+// modules into the cache was the whole of its gap to ORAS.
+type chunkWriter struct{ f *os.File }
+
+func (c chunkWriter) Write(b []byte) (int, error) {
+	var n int
+	for len(b) > 0 {
+		k, err := c.f.Write(b[:min(len(b), writeChunk)])
+		n += k
+		if err != nil {
+			return n, err
+		}
+		b = b[k:]
+	}
+	return n, nil
 }
 
 // putBytes stores b, already verified to have digest d.

@@ -408,16 +408,30 @@ func (a *Artifact) Modules() []string {
 
 // opened is an artifact whose manifest has been fetched and checked.
 type opened struct {
-	src source
-	ref *imageRef
-	raw []byte
-	doc manifestDoc
-	art Artifact
+	src      source
+	ref      *imageRef
+	raw      []byte
+	doc      manifestDoc
+	art      Artifact
+	indexAnn map[string]string
 }
 
 // open fetches and validates the image manifest ref names, following an
 // index to the one manifest it should use, and reads and checks its config.
 func (o *OCI) open(ctx context.Context, r *imageRef) (*opened, error) {
+	op, err := o.openManifest(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.openConfig(ctx, op); err != nil {
+		return nil, err
+	}
+	return op, nil
+}
+
+// openManifest is open's first half: the manifest (through an index),
+// checked, with the Artifact filled but for what the config says.
+func (o *OCI) openManifest(ctx context.Context, r *imageRef) (*opened, error) {
 	src, err := o.source(r)
 	if err != nil {
 		return nil, err
@@ -491,21 +505,28 @@ func (o *OCI) open(ctx context.Context, r *imageRef) (*opened, error) {
 		art.Layers = append(art.Layers, Layer{MediaType: l.MediaType, Digest: l.Digest, Size: l.Size, Title: l.Annotations[AnnotationTitle]})
 		art.Size += l.Size
 	}
-	cfg, err := o.readConfig(ctx, src, *doc.Config, r)
+	return &opened{src: src, ref: r, raw: raw, doc: doc, art: art, indexAnn: indexAnn}, nil
+}
+
+// openConfig is open's second half: it reads and checks op's config and
+// fills in the platform and the version.
+func (o *OCI) openConfig(ctx context.Context, op *opened) error {
+	cfg, err := o.readConfig(ctx, op.src, *op.doc.Config, op.ref)
 	if err != nil {
-		return nil, err
+		return err
 	}
+	art := &op.art
 	art.Architecture, art.OS = cfg.Architecture, cfg.OS
 	if art.Layout == LayoutWasm {
-		if err := checkWasmPlatform(cfg, r, d); err != nil {
-			return nil, err
+		if err := checkWasmPlatform(cfg, op.ref, art.Digest); err != nil {
+			return err
 		}
 	}
 	// The version rule: the manifest's annotation, else the index's, else
 	// the image config's label (docker build --label, crane mutate --label).
 	for _, c := range []struct{ v, from string }{
-		{doc.Annotations[AnnotationVersion], VersionFromManifest},
-		{indexAnn[AnnotationVersion], VersionFromIndex},
+		{op.doc.Annotations[AnnotationVersion], VersionFromManifest},
+		{op.indexAnn[AnnotationVersion], VersionFromIndex},
 		{cfg.Config.Labels[AnnotationVersion], VersionFromLabel},
 	} {
 		if c.v != "" {
@@ -513,7 +534,7 @@ func (o *OCI) open(ctx context.Context, r *imageRef) (*opened, error) {
 			break
 		}
 	}
-	return &opened{src: src, ref: r, raw: raw, doc: doc, art: art}, nil
+	return nil
 }
 
 // Where an Artifact's Version was found.
@@ -1169,14 +1190,9 @@ func (o *OCI) Pull(ctx context.Context, imageRef string, opts ...CallOption) (*A
 	if err != nil {
 		return nil, err
 	}
-	op, err := o.open(ctx, r)
+	op, err := o.openManifest(ctx, r)
 	if err != nil {
 		return nil, err
-	}
-	if len(o.cfg.verifyKeys) > 0 {
-		if err := o.verifySignatures(ctx, op); err != nil {
-			return nil, err
-		}
 	}
 	blobs := append([]descriptor{*op.doc.Config}, op.doc.Layers...)
 	for _, l := range blobs {
@@ -1184,58 +1200,99 @@ func (o *OCI) Pull(ctx context.Context, imageRef string, opts ...CallOption) (*A
 			return nil, toolerr.New(toolerr.ArtifactRefused, "%s: blob %s is %d bytes, over the %d-byte cap", r, l.Digest, l.Size, o.cfg.maxBlob)
 		}
 	}
-	// Blobs are fetched concurrently, at most cfg.concurrency at once; the
-	// first failure cancels the others. Progress calls are serialised.
-	var pmu sync.Mutex
-	cctx, cancel := context.WithCancel(ctx)
+	if len(o.cfg.verifyKeys) > 0 {
+		// Under a key policy nothing but the config is fetched before the
+		// signature verifies.
+		if err := o.openConfig(ctx, op); err != nil {
+			return nil, err
+		}
+		if err := o.verifySignatures(ctx, op); err != nil {
+			return nil, err
+		}
+		if err := o.fetchAll(ctx, op.src, blobs, co.progress)(); err != nil {
+			return nil, err
+		}
+		return &op.art, nil
+	}
+	// Otherwise the layers download while the config is read and checked
+	// (the config GET is not a round trip ahead of them); a refused config
+	// cancels them. The config's two readers share one download (flight).
+	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	sem := make(chan struct{}, o.cfg.concurrency)
-	errs := make([]error, len(blobs))
-	var wg sync.WaitGroup
-	for i, l := range blobs {
-		var fn func(int64)
-		if co.progress != nil {
-			dg, total := l.Digest, l.Size
-			fn = func(n int64) {
-				pmu.Lock()
-				defer pmu.Unlock()
-				co.progress(Progress{Digest: dg, Done: n, Total: total})
-			}
-			fn(0)
-		}
-		select {
-		case sem <- struct{}{}:
-		case <-cctx.Done():
-			errs[i] = ctxError(ctx, "waiting to fetch blob "+l.Digest)
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if err := op.src.fetch(cctx, l.Digest, l.Size, fn); err != nil {
-				errs[i] = err
-				cancel()
-				return
-			}
-			if fn != nil {
-				fn(l.Size)
-			}
-		}()
+	wait := o.fetchAll(fctx, op.src, blobs, co.progress)
+	if err := o.openConfig(ctx, op); err != nil {
+		cancel()
+		wait()
+		return nil, err
 	}
-	wg.Wait()
-	// Report the failure that caused the others' cancellation.
-	for _, err := range errs {
-		if err != nil && !errors.Is(err, toolerr.Cancelled) {
-			return nil, readError(ctx, err, "")
-		}
-	}
-	for _, err := range errs {
-		if err != nil {
-			return nil, readError(ctx, err, "")
-		}
+	if err := wait(); err != nil {
+		return nil, err
 	}
 	return &op.art, nil
+}
+
+// fetchAll starts fetching blobs into the cache, at most cfg.concurrency
+// at once; the first failure cancels the others. The returned wait blocks
+// until all are done and reports the failure that caused the others'
+// cancellation. progress calls are serialised.
+func (o *OCI) fetchAll(ctx context.Context, src source, blobs []descriptor, progress func(Progress)) (wait func() error) {
+	var pmu sync.Mutex
+	cctx, cancel := context.WithCancel(ctx)
+	sem := make(chan struct{}, o.cfg.concurrency)
+	errs := make([]error, len(blobs))
+	fns := make([]func(int64), len(blobs))
+	for i, l := range blobs {
+		if progress != nil {
+			dg, total := l.Digest, l.Size
+			fns[i] = func(n int64) {
+				pmu.Lock()
+				defer pmu.Unlock()
+				progress(Progress{Digest: dg, Done: n, Total: total})
+			}
+			fns[i](0)
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i, l := range blobs {
+			select {
+			case sem <- struct{}{}:
+			case <-cctx.Done():
+				errs[i] = ctxError(ctx, "waiting to fetch blob "+l.Digest)
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				if err := src.fetch(cctx, l.Digest, l.Size, fns[i]); err != nil {
+					errs[i] = err
+					cancel()
+					return
+				}
+				if fns[i] != nil {
+					fns[i](l.Size)
+				}
+			}()
+		}
+	}()
+	return func() error {
+		wg.Wait()
+		cancel()
+		for _, err := range errs {
+			if err != nil && !errors.Is(err, toolerr.Cancelled) {
+				return readError(ctx, err, "")
+			}
+		}
+		for _, err := range errs {
+			if err != nil {
+				return readError(ctx, err, "")
+			}
+		}
+		return nil
+	}
 }
 
 // flight makes concurrent downloads of one digest share one transfer.

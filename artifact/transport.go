@@ -114,7 +114,20 @@ func (e *plainHTTPError) Error() string {
 	return fmt.Sprintf("refusing plain HTTP to %s (pass --insecure-registry %s for a loopback registry without TLS)", e.host, e.host)
 }
 
+// errInsecureTLS fails the https half of go-containerregistry's auth ping
+// to an --insecure-registry host at once. Every request to such a host goes
+// over plain HTTP (name.Insecure), so the https attempt could only cost a
+// TCP connect, a failed TLS handshake and the load of the system root pool
+// (together 30-60 ms on the critical path of every push and pull).
+var errInsecureTLS = errors.New("not tried: --insecure-registry hosts are reached over plain HTTP")
+
 func (g *schemeGuard) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme == "https" && g.insecure[req.URL.Host] && req.URL.Path == "/v2/" {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, errInsecureTLS
+	}
 	if req.URL.Scheme != "https" && !g.insecure[req.URL.Host] {
 		if req.Body != nil {
 			req.Body.Close()

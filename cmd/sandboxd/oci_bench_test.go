@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -77,12 +78,26 @@ func (s *slowBody) Read(p []byte) (int, error) {
 
 func (s *slowBody) Close() error { return s.rc.Close() }
 
+// transferGoal is issue 15's bound: sandboxd's push and pull within 1.2x
+// of ORAS's time on the same registry in one run.
+const transferGoal = 1.2
+
+func timed(fn func()) time.Duration {
+	start := time.Now()
+	fn()
+	return time.Since(start)
+}
+
 // BenchmarkTransferVsORAS pushes and pulls one artifact of two 25 MB
 // modules with the sandboxd binary and with ORAS, against one
 // docker-registry process in one run: on loopback, and pulling through a
 // proxy that sends 10 MB/s per connection.
 //
-//	go test -run '^$' -bench BenchmarkTransferVsORAS -benchtime 3x ./cmd/sandboxd/
+//	go test -run '^$' -bench BenchmarkTransferVsORAS -benchtime 6x -count 3 ./cmd/sandboxd/
+//
+// Each sub-benchmark logs its verdict against the 1.2x goal (transferGoal),
+// judged on the median of the per-iteration ratios, which one disturbed
+// iteration on a shared machine does not move.
 func BenchmarkTransferVsORAS(b *testing.B) {
 	reg := registrytest.Start(b)
 	oras := orasBinary(b)
@@ -114,22 +129,40 @@ func BenchmarkTransferVsORAS(b *testing.B) {
 		return out.String()
 	}
 	host := reg.Host
-	// Each iteration runs sandboxd and then ORAS on the same case, so both
-	// see the same machine load; the figures are their mean times and
-	// the ratio.
+	// Each iteration runs sandboxd and ORAS on the same case, one right
+	// after the other, alternating which goes first, so both see the same
+	// machine load (other jobs, the registry's own writeback). Reported:
+	// their mean times, the ratio of the means, the median of the
+	// per-iteration ratios, and whether that meets the 1.2x goal.
 	pair := func(b *testing.B, sbx, ora func(i int)) {
 		var ts, to time.Duration
+		ratios := make([]float64, 0, b.N)
 		for i := 0; i < b.N; i++ {
-			start := time.Now()
-			sbx(i)
-			ts += time.Since(start)
-			start = time.Now()
-			ora(i)
-			to += time.Since(start)
+			var s, o time.Duration
+			if i%2 == 0 {
+				s, o = timed(func() { sbx(i) }), timed(func() { ora(i) })
+			} else {
+				o, s = timed(func() { ora(i) }), timed(func() { sbx(i) })
+			}
+			ts += s
+			to += o
+			ratios = append(ratios, float64(s)/float64(o))
 		}
+		sort.Float64s(ratios)
+		med := ratios[len(ratios)/2]
+		if len(ratios)%2 == 0 {
+			med = (ratios[len(ratios)/2-1] + med) / 2
+		}
+		ratio := float64(ts) / float64(to)
 		b.ReportMetric(float64(ts.Milliseconds())/float64(b.N), "sandboxd-ms/op")
 		b.ReportMetric(float64(to.Milliseconds())/float64(b.N), "oras-ms/op")
-		b.ReportMetric(float64(ts)/float64(to), "ratio")
+		b.ReportMetric(ratio, "ratio")
+		b.ReportMetric(med, "median-ratio")
+		verdict := "within"
+		if med > transferGoal {
+			verdict = "OVER"
+		}
+		b.Logf("%d iterations: sandboxd %.0f ms, ORAS %.0f ms per op; ratio %.2fx (median of pairs %.2fx): %s the %.1fx goal", b.N, float64(ts.Milliseconds())/float64(b.N), float64(to.Milliseconds())/float64(b.N), ratio, med, verdict, transferGoal)
 	}
 	n := 0
 	b.Run("push", func(b *testing.B) {
