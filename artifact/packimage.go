@@ -23,8 +23,9 @@ import (
 // Pack image layouts (PackImage.Layout).
 const (
 	// PackFiles is an artifact of titled file layers (what `oras push REF
-	// index.json tools/echo.wasm` and `sandboxd pack push` make): each layer
-	// is one file, named by its org.opencontainers.image.title. Root is ".".
+	// index.json tools/echo.wasm` and `sandboxd push-pack` make): each layer
+	// is one file, named by its org.opencontainers.image.title (or an ORAS
+	// directory layer). Root is ".".
 	PackFiles = "files"
 	// PackTar is a container image whose tar layers hold the pack under
 	// /app (Kindgi's image shape; crane append): Root is "app".
@@ -34,6 +35,10 @@ const (
 // PackImageRoot is the directory of a container image (PackTar) that holds
 // a pack: /app, where Kindgi's image keeps index.json and dist/.
 const PackImageRoot = "app"
+
+// annotationORASUnpack marks a layer ORAS made of a directory (a tar of
+// it, unpacked on pull).
+const annotationORASUnpack = "io.deis.oras.content.unpack"
 
 // maxPackEntries caps the tar entries read from one pack image.
 const maxPackEntries = 1 << 20
@@ -166,9 +171,11 @@ func (i packInfo) Sys() any           { return nil }
 // ref, by tag or digest) and reads the pack it carries:
 //
 //   - an artifact whose config is the OCI empty config or a Wasm config
-//     (ORAS, sandboxd pack push) is PackFiles: every layer is one file named
-//     by its title (a safe relative path, see CheckTitle); an untitled layer
-//     is refused;
+//     (ORAS, sandboxd push-pack) is PackFiles: every layer is one file named
+//     by its title (a safe relative path, see CheckTitle), or, marked
+//     io.deis.oras.content.unpack (`oras push REF dist/`), a tar of the
+//     directory its title names, whose entries must all lie in it; an
+//     untitled layer is refused;
 //   - an image with an image config is PackTar: its tar, tar+gzip or
 //     tar+zstd layers are applied in order (later files win; whiteouts
 //     delete, opaque whiteouts hide what lower layers had in a directory)
@@ -243,6 +250,22 @@ func (o *OCI) readFileLayers(ctx context.Context, op *opened, p *PackImage, budg
 		if total += l.Size; total > budget {
 			return toolerr.New(toolerr.ArtifactRefused, "%s: the pack's files are more than %d bytes in all", op.ref, budget)
 		}
+		if l.Annotations[annotationORASUnpack] == "true" {
+			// oras push REF DIR: a tar of DIR, its entries named DIR/….
+			isTar, comp := tarLayer(l.MediaType)
+			if !isTar {
+				return toolerr.New(toolerr.ArtifactRefused, "%s: directory layer %q has media type %q, not a tar layer", op.ref, title, l.MediaType)
+			}
+			if l.Size > o.cfg.maxBlob {
+				return toolerr.New(toolerr.ArtifactRefused, "%s: layer %s is %d bytes, over the %d-byte cap", op.ref, l.Digest, l.Size, o.cfg.maxBlob)
+			}
+			st := &packBudget{budget: budget - total, max: o.cfg.maxBlob}
+			if err := o.applyLayer(ctx, op, l, comp, p.files, st, name, true); err != nil {
+				return err
+			}
+			total += st.used
+			continue
+		}
 		b, err := o.readBlob(ctx, op.src, l)
 		if err != nil {
 			return err
@@ -262,7 +285,7 @@ func (o *OCI) readTarLayers(ctx context.Context, op *opened, p *PackImage, budge
 		if l.Size > o.cfg.maxBlob {
 			return toolerr.New(toolerr.ArtifactRefused, "%s: layer %s is %d bytes, over the %d-byte cap", op.ref, l.Digest, l.Size, o.cfg.maxBlob)
 		}
-		if err := o.applyLayer(ctx, op, l, comp, p.files, st); err != nil {
+		if err := o.applyLayer(ctx, op, l, comp, p.files, st, PackImageRoot, false); err != nil {
 			return err
 		}
 	}
@@ -275,8 +298,10 @@ type packBudget struct {
 }
 
 // applyLayer reads one tar layer to its end (so its digest is verified
-// before anything of it is used) and applies it to files.
-func (o *OCI) applyLayer(ctx context.Context, op *opened, l descriptor, comp string, files map[string]packEntry, st *packBudget) error {
+// before anything of it is used) and applies it to files, keeping what is
+// below the directory keep; with only set, an entry elsewhere refuses the
+// layer.
+func (o *OCI) applyLayer(ctx context.Context, op *opened, l descriptor, comp string, files map[string]packEntry, st *packBudget, keep string, only bool) error {
 	rc, err := op.src.blob(ctx, l.Digest, l.Size, nil)
 	if err != nil {
 		return err
@@ -311,7 +336,7 @@ func (o *OCI) applyLayer(ctx context.Context, op *opened, l descriptor, comp str
 	tr := tar.NewReader(lim)
 	var whiteouts, opaque []string
 	added := map[string]packEntry{}
-	under := PackImageRoot + "/"
+	under := keep + "/"
 	for {
 		if err := ctx.Err(); err != nil {
 			return toolerr.As(err)
@@ -329,6 +354,9 @@ func (o *OCI) applyLayer(ctx context.Context, op *opened, l descriptor, comp str
 		name, ok := entryName(h.Name)
 		if !ok {
 			return fail(toolerr.New(toolerr.ArtifactRefused, "%s: layer %s has an entry named %q, which leaves the image root", op.ref, l.Digest, h.Name))
+		}
+		if only && name != keep && !strings.HasPrefix(name, under) {
+			return fail(toolerr.New(toolerr.ArtifactRefused, "%s: layer %s (a directory %s) has an entry named %q, outside that directory", op.ref, l.Digest, keep, h.Name))
 		}
 		if name == "" || h.Typeflag == tar.TypeDir {
 			continue

@@ -263,6 +263,30 @@ func TestPackImageFileLayers(t *testing.T) {
 	if b, _ := fs.ReadFile(p.FS(), "tools/echo.wasm"); string(b) != "content of tools/echo.wasm" {
 		t.Fatalf("tools/echo.wasm = %q", b)
 	}
+	// An ORAS directory layer (oras push REF dist/): its entries must lie
+	// in the directory its title names.
+	dirLayer := func(entries ...tarEntry) string {
+		dir := t.TempDir()
+		b, mt := tarLayerBytes(t, compGzip, entries...)
+		cfg := []byte(`{}`)
+		doc := manifestDoc{SchemaVersion: 2, MediaType: mediaTypeOCIManifest,
+			Config: &descriptor{MediaType: mediaTypeOCIEmpty, Digest: Digest(cfg), Size: 2},
+			Layers: []descriptor{{MediaType: mt, Digest: Digest(b), Size: int64(len(b)),
+				Annotations: map[string]string{AnnotationTitle: "dist", annotationORASUnpack: "true"}}}}
+		m, _ := json.Marshal(doc)
+		if err := writeLayout(dir, "1", map[string][]byte{Digest(cfg): cfg, Digest(b): b}, m, mediaTypeOCIManifest); err != nil {
+			t.Fatal(err)
+		}
+		return LayoutPrefix + dir + ":1"
+	}
+	p, err = openPack(t, o, dirLayer(tarEntry{name: "dist/", typ: tar.TypeDir}, tarEntry{name: "dist/tools/a.wasm", data: "a"}))
+	if err != nil || strings.Join(p.Files(), " ") != "dist/tools/a.wasm" {
+		t.Fatalf("directory layer: %v, files %v", err, p.Files())
+	}
+	_, err = openPack(t, o, dirLayer(tarEntry{name: "dist/a", data: "a"}, tarEntry{name: "etc/x", data: "x"}))
+	if te := toolerr.As(err); te == nil || te.Code != toolerr.ArtifactRefused || !strings.Contains(te.Message, `outside that directory`) {
+		t.Fatalf("an entry outside the directory layer: %v", err)
+	}
 	for titles, msg := range map[string]string{"index.json,": "has no org.opencontainers.image.title", "../x": "leaves its directory", "/etc/x": "absolute path"} {
 		_, err := openPack(t, o, write(strings.Split(titles, ",")...))
 		if te := toolerr.As(err); te == nil || te.Code != toolerr.ArtifactRefused || !strings.Contains(te.Message, msg) {

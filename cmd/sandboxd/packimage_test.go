@@ -215,6 +215,21 @@ func kindgiEntries(t *testing.T, artifactVersion string) [][2]string {
 	}
 }
 
+// writeEntries writes entries (under app/) to a directory and returns its
+// app directory.
+func writeEntries(t *testing.T, entries [][2]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, e := range entries {
+		p := filepath.Join(dir, filepath.FromSlash(e[0]))
+		_ = os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(e[1]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return filepath.Join(dir, "app")
+}
+
 func (r *packRegistry) serveArgs(ref, cache string, extra ...string) []string {
 	return append([]string{"--index", "oci://" + ref, "--insecure-registry", r.host,
 		"--artifact-cache-dir", cache, "--cache-dir", cacheDir(r.t)}, extra...)
@@ -262,8 +277,11 @@ func TestServePackImage(t *testing.T) {
 	r := newPackRegistry(t)
 	filesDigest := r.filesPack("acme/files:1", "20261201.1", "")
 	tarDigest := r.tarPack("acme/kindgi:1", kindgiEntries(t, "20261201.1"))
+	app := writeEntries(t, kindgiEntries(t, "20261201.1"))
+	dirDigest := r.orasPush(app, "acme/dir:1", "index.json", "dist") // dist/ is one tar layer
 	for _, c := range []struct{ name, ref, digest, layout string }{
 		{"oras file layers", r.host + "/acme/files:1", filesDigest, "files"},
+		{"oras index.json and a dist/ directory layer", r.host + "/acme/dir:1", dirDigest, "files"},
 		{"crane tar layer under /app", r.host + "/acme/kindgi:1", tarDigest, "tar"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -493,15 +511,7 @@ func TestMCPPackImage(t *testing.T) {
 // with no other flag; a pack with a missing module is not pushed.
 func TestPushPack(t *testing.T) {
 	r := newPackRegistry(t)
-	dir := t.TempDir()
-	for _, e := range kindgiEntries(t, "20261201.1") {
-		p := filepath.Join(dir, filepath.FromSlash(e[0]))
-		_ = os.MkdirAll(filepath.Dir(p), 0o755)
-		if err := os.WriteFile(p, []byte(e[1]), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	app := filepath.Join(dir, "app")
+	app := writeEntries(t, kindgiEntries(t, "20261201.1"))
 	push := func(ref string) (int, string, string) {
 		return runCLI(t, "", "push-pack", "--index", filepath.Join(app, "index.json"), "--module-root", filepath.Join(app, "dist"),
 			"--bundle-map", filepath.Join(app, "dist", "bundle-map.json"), ref, "--insecure-registry", r.host,
