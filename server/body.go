@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -67,8 +68,16 @@ var (
 // bodyReader reads one request body within the budget. held is what it has
 // charged; the caller releases it (once) when the call is over.
 type bodyReader struct {
-	budget *byteBudget
-	held   int64
+	budget   *byteBudget
+	held     int64
+	released atomic.Bool
+}
+
+// releaseOnce gives the charge back; calls after the first do nothing.
+func (br *bodyReader) releaseOnce() {
+	if br.released.CompareAndSwap(false, true) {
+		br.budget.release(br.held)
+	}
 }
 
 func (br *bodyReader) charge(n int64) bool {

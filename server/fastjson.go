@@ -49,7 +49,7 @@ func splitObject(b []byte) (map[string]json.RawMessage, bool) {
 		if j >= len(b) {
 			return nil, false
 		}
-		key := string(b[ks:j])
+		key := internKey(b[ks:j])
 		i = skipWS(b, j+1)
 		if i >= len(b) || b[i] != ':' {
 			return nil, false
@@ -75,6 +75,38 @@ func splitObject(b []byte) (map[string]json.RawMessage, bool) {
 		}
 		i = skipWS(b, i+1)
 	}
+}
+
+// internKey returns the key's string, without an allocation for the keys
+// every frame has (the string(b) comparisons of a switch do not allocate).
+func internKey(b []byte) string {
+	switch string(b) {
+	case "v":
+		return "v"
+	case "kind":
+		return "kind"
+	case "tool":
+		return "tool"
+	case "input":
+		return "input"
+	case "ctx":
+		return "ctx"
+	case "id":
+		return "id"
+	case "version":
+		return "version"
+	case "tenantId":
+		return "tenantId"
+	case "runId":
+		return "runId"
+	case "requestId":
+		return "requestId"
+	case "projectId":
+		return "projectId"
+	case "orgId":
+		return "orgId"
+	}
+	return string(b)
 }
 
 // plainString returns the value of the JSON string raw when it is printable

@@ -627,20 +627,28 @@ func (s *Server) answer(w http.ResponseWriter, artifactVersion string, start tim
 	// Header.Set would, without canonicalising them on every answer.
 	h := w.Header()
 	h[answerKeys.contentType] = jsonContentType
+	// The values share one backing array (one allocation, not one per
+	// header); each is a full slice of length 1, so an append by anyone
+	// copies instead of writing into its neighbour.
+	vals := make([]string, 5)
+	set := func(i int, key, v string) {
+		vals[i] = v
+		h[key] = vals[i : i+1 : i+1]
+	}
 	// A declared length lets net/http send the headers and the body in one
 	// write when the handler flushes (handleInvoke does, before its ticket
 	// closes): without it, a flush before the handler returns switches the
 	// response to chunked encoding and the terminating chunk takes a
 	// second write syscall.
-	h[answerKeys.contentLength] = []string{strconv.Itoa(len(b))}
-	h[answerKeys.duration] = []string{strconv.FormatInt(time.Since(start).Milliseconds(), 10)}
-	h[answerKeys.artifact] = []string{artifactVersion}
+	set(0, answerKeys.contentLength, strconv.Itoa(len(b)))
+	set(1, answerKeys.duration, strconv.FormatInt(time.Since(start).Milliseconds(), 10))
+	set(2, answerKeys.artifact, artifactVersion)
 	if usage != nil {
 		u, _ := json.Marshal(usage)
-		h[answerKeys.usage] = []string{string(u)}
+		set(3, answerKeys.usage, string(u))
 	}
 	if callID != "" {
-		h[answerKeys.callID] = []string{callID}
+		set(4, answerKeys.callID, callID)
 	}
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)
@@ -672,8 +680,9 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 	}
 	// The answer is flushed before the ticket closes: once a drain has
 	// seen every ticket closed, every answer is on the wire.
+	rc := http.NewResponseController(w)
 	defer func() {
-		_ = http.NewResponseController(w).Flush()
+		_ = rc.Flush()
 		ticket.Close()
 	}()
 	ct := r.Header.Get("Content-Type")
@@ -694,7 +703,7 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 	// may outlive this handler): memory for bodies in flight never passes
 	// the budget, however many connections send them.
 	br := &bodyReader{budget: &s.bodies}
-	releaseBody := sync.OnceFunc(func() { s.bodies.release(br.held) })
+	releaseBody := br.releaseOnce // at most once however often it is called
 	coreOwnsBody := false
 	defer func() {
 		if !coreOwnsBody {
@@ -706,7 +715,6 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 	// accepted call and its budget for long. It is lifted once the body is
 	// in, so that a disconnect can still be noticed.
 	bodyBy, byCall := s.bodyDeadline(start, deadline)
-	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(bodyBy)
 	body, err := br.read(r)
 	_ = rc.SetReadDeadline(time.Time{})
