@@ -25,6 +25,7 @@ type event struct {
 	Package string
 	Test    string
 	Output  string
+	Elapsed float64 // seconds, on a test's or a package's pass/fail
 }
 
 type key struct{ pkg, test string }
@@ -34,6 +35,7 @@ type summary struct {
 	pkgFailed               bool
 	output                  map[key][]string // a running test's output lines
 	skips                   map[string][]string
+	pkgTime                 map[string]float64 // each package's test run, seconds
 	w                       io.Writer
 }
 
@@ -59,7 +61,7 @@ func main() {
 }
 
 func newSummary(w io.Writer) *summary {
-	return &summary{output: map[key][]string{}, skips: map[string][]string{}, w: w}
+	return &summary{output: map[key][]string{}, skips: map[string][]string{}, pkgTime: map[string]float64{}, w: w}
 }
 
 func (s *summary) read(r io.Reader) {
@@ -96,6 +98,9 @@ func (s *summary) add(ev event) {
 			}
 		case "fail":
 			s.pkgFailed = true
+			s.pkgTime[shortPkg(ev.Package)] = ev.Elapsed
+		case "pass":
+			s.pkgTime[shortPkg(ev.Package)] = ev.Elapsed
 		}
 		return
 	}
@@ -189,5 +194,28 @@ func (s *summary) close() {
 			fmt.Fprintf(s.w, "  %3d  %s  (%s%s)\n", len(tests), r, strings.Join(shown, ", "), more)
 		}
 	}
+	if slow := s.slowest(5); slow != "" {
+		fmt.Fprintf(s.w, "\nslowest packages: %s\n", slow)
+	}
 	fmt.Fprintf(s.w, "\ntests: %d passed, %d failed, %d skipped\n", s.passed, s.failed, s.skipped)
+}
+
+// slowest names the n packages whose tests ran longest ("server 12.3s,
+// executor 9.8s"): where a faster local loop has to start.
+func (s *summary) slowest(n int) string {
+	pkgs := make([]string, 0, len(s.pkgTime))
+	for p := range s.pkgTime {
+		pkgs = append(pkgs, p)
+	}
+	sort.Slice(pkgs, func(i, j int) bool {
+		if s.pkgTime[pkgs[i]] != s.pkgTime[pkgs[j]] {
+			return s.pkgTime[pkgs[i]] > s.pkgTime[pkgs[j]]
+		}
+		return pkgs[i] < pkgs[j]
+	})
+	var parts []string
+	for _, p := range pkgs[:min(n, len(pkgs))] {
+		parts = append(parts, fmt.Sprintf("%s %.1fs", p, s.pkgTime[p]))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -22,9 +22,9 @@ func TestSummary(t *testing.T) {
 {"Action":"fail","Package":"github.com/sandboxd/sandboxd/a","Test":"TestBad"}
 {"Action":"output","Package":"github.com/sandboxd/sandboxd/a","Output":"FAIL\n"}
 {"Action":"output","Package":"github.com/sandboxd/sandboxd/a","Output":"FAIL\tgithub.com/sandboxd/sandboxd/a\t0.01s\n"}
-{"Action":"fail","Package":"github.com/sandboxd/sandboxd/a"}
+{"Action":"fail","Package":"github.com/sandboxd/sandboxd/a","Elapsed":0.01}
 {"Action":"output","Package":"github.com/sandboxd/sandboxd/b","Output":"ok  \tgithub.com/sandboxd/sandboxd/b\t0.01s\n"}
-{"Action":"pass","Package":"github.com/sandboxd/sandboxd/b"}
+{"Action":"pass","Package":"github.com/sandboxd/sandboxd/b","Elapsed":1.52}
 `
 	var out bytes.Buffer
 	s := newSummary(&out)
@@ -34,6 +34,7 @@ func TestSummary(t *testing.T) {
 	for _, want := range []string{
 		"a_test.go:20: boom", "--- FAIL: TestBad", "FAIL\tgithub.com/sandboxd/sandboxd/a", "ok  \tgithub.com/sandboxd/sandboxd/b",
 		"  1  wat2wasm is not installed (apt-get install wabt)  (a.TestWat)",
+		"\nslowest packages: b 1.5s, a 0.0s\n",
 		"\ntests: 1 passed, 1 failed, 1 skipped\n",
 	} {
 		if !strings.Contains(got, want) {
