@@ -65,6 +65,11 @@ func escapePointer(s string) string {
 // declared schemas, keeping declared names only. A declared env value that is
 // missing or invalid fails the call before any guest starts.
 func (t *Tool) resolveNeeds(cc *CallContext) (env map[string]string, cfg map[string][]byte, err error) {
+	if len(t.needs.env) == 0 && len(t.needs.config) == 0 {
+		// Nothing declared: the shared empty maps (read only everywhere;
+		// the context document's env is {} as with a fresh empty map).
+		return noEnv, noConfig, nil
+	}
 	var issues []toolerr.Issue
 	names := make([]string, 0, len(t.needs.env))
 	for name := range t.needs.env {
@@ -109,6 +114,13 @@ func (t *Tool) resolveNeeds(cc *CallContext) (env map[string]string, cfg map[str
 	}
 	return env, cfg, nil
 }
+
+// noEnv and noConfig are what resolveNeeds returns for a tool that declares
+// no env and no config. Nothing may write to them.
+var (
+	noEnv    = map[string]string{}
+	noConfig = map[string][]byte{}
+)
 
 func (t *Tool) config(inv *invocation, name string) ([]byte, abi.Errno, string) {
 	if _, ok := t.needs.config[name]; !ok {
