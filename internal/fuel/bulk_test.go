@@ -133,6 +133,9 @@ func TestF01BulkInterruptLatency(t *testing.T) {
 				t.Fatalf("spin returned %v, exhausted %v", err, meter.Exhausted())
 			}
 			t.Logf("%s: 4 Slices of fuel ran %v", op, time.Since(start))
+			if testing.Short() {
+				t.Skip("-short: the interrupt-latency measurement (max of 20 within 10 ms, no allowance for a busy machine) runs in the full run")
+			}
 			// Interrupts at random points, with an unlimited budget.
 			var lat []time.Duration
 			for i := 0; i < 20; i++ {
