@@ -245,6 +245,65 @@ func (c chunkWriter) Write(b []byte) (int, error) {
 	return n, nil
 }
 
+// importFile copies the regular file path into the cache as a blob,
+// hashing (sha256) the bytes as they are copied: what is hashed is the
+// copy, so the blob is verified by construction whatever happens to the
+// file meanwhile. It returns the blob's digest, size and path, and its
+// first bytes (up to 8). A file over max bytes is refused.
+func (c *cache) importFile(path string, max int64) (d string, size int64, blob string, head []byte, err error) {
+	f, err := OpenRegular(path)
+	if err != nil {
+		return "", 0, "", nil, unavailable(path, err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > max {
+		return "", 0, "", nil, toolerr.New(toolerr.ArtifactRefused, "%s is %d bytes, over the %d-byte cap", path, st.Size(), max)
+	}
+	tmp, err := os.CreateTemp(c.dir("tmp"), "import.*")
+	if err != nil {
+		return "", 0, "", nil, toolerr.Wrap(toolerr.ArtifactUnavailable, err, "cannot write to the artifact cache")
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	h := sha256.New()
+	buf := copyBufs.Get().(*[]byte)
+	n, err := io.CopyBuffer(io.MultiWriter(chunkWriter{tmp}, h), io.LimitReader(f, max+1), *buf)
+	copyBufs.Put(buf)
+	if err != nil {
+		return "", 0, "", nil, toolerr.Wrap(toolerr.ArtifactUnavailable, err, "copying "+path+" into the artifact cache")
+	}
+	if n > max {
+		return "", 0, "", nil, toolerr.New(toolerr.ArtifactRefused, "%s is larger than the %d-byte cap", path, max)
+	}
+	head = make([]byte, min(n, 8))
+	if _, err := tmp.ReadAt(head, 0); err != nil {
+		return "", 0, "", nil, toolerr.Wrap(toolerr.ArtifactUnavailable, err, "cannot read the artifact cache")
+	}
+	d = "sha256:" + hex.EncodeToString(h.Sum(nil))
+	if c.fsync {
+		if err := tmp.Sync(); err != nil {
+			return "", 0, "", nil, toolerr.Wrap(toolerr.ArtifactUnavailable, err, "cannot write to the artifact cache")
+		}
+	}
+	if err := tmp.Close(); err != nil {
+		return "", 0, "", nil, toolerr.Wrap(toolerr.ArtifactUnavailable, err, "cannot write to the artifact cache")
+	}
+	blob = c.blobPath(d)
+	if err := os.Rename(tmp.Name(), blob); err != nil {
+		return "", 0, "", nil, toolerr.Wrap(toolerr.ArtifactUnavailable, err, "cannot write to the artifact cache")
+	}
+	ok = true
+	if c.fsync {
+		syncDir(filepath.Dir(blob))
+	}
+	return d, n, blob, head, nil
+}
+
 // putBytes stores b, already verified to have digest d.
 func (c *cache) putBytes(d string, b []byte) error {
 	if c.has(d, int64(len(b))) {

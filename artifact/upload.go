@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -53,26 +54,68 @@ func (u *uploader) url(path string) string {
 	return fmt.Sprintf("%s://%s/v2/%s/%s", u.repo.Scheme(), u.repo.RegistryStr(), u.repo.RepositoryStr(), path)
 }
 
-// send does one request with body b (nil: none) and checks its status.
-func (u *uploader) send(ctx context.Context, method, target, contentType string, b []byte, progress func(int64), step string, want ...int) (*http.Response, error) {
-	var body io.Reader
-	if b != nil {
-		body = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, target, body)
+// payload is a request body that can be sent again (a retry): bytes in
+// memory, or a file opened anew for each attempt.
+type payload struct {
+	size int64
+	open func() (io.ReadCloser, error)
+}
+
+func bytesPayload(b []byte, progress func(int64)) *payload {
+	return &payload{size: int64(len(b)), open: func() (io.ReadCloser, error) {
+		if progress != nil {
+			return io.NopCloser(&progressBytes{b: b, fn: progress}), nil
+		}
+		return io.NopCloser(bytes.NewReader(b)), nil
+	}}
+}
+
+// filePayload sends the file at path. Without progress the body is the
+// *os.File itself, which net/http hands to the kernel (sendfile(2)): the
+// bytes are not copied through this process.
+func filePayload(path string, size int64, progress func(int64)) *payload {
+	return &payload{size: size, open: func() (io.ReadCloser, error) {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		if progress != nil {
+			return &progressFile{f: f, fn: progress}, nil
+		}
+		return f, nil
+	}}
+}
+
+// progressFile is a file upload body that reports its progress.
+type progressFile struct {
+	f  *os.File
+	n  int64
+	fn func(int64)
+}
+
+func (p *progressFile) Read(b []byte) (int, error) {
+	n, err := p.f.Read(b)
+	p.n += int64(n)
+	p.fn(p.n)
+	return n, err
+}
+
+func (p *progressFile) Close() error { return p.f.Close() }
+
+// send does one request with body (nil: none) and checks its status.
+func (u *uploader) send(ctx context.Context, method, target, contentType string, body *payload, step string, want ...int) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, target, nil)
 	if err != nil {
 		return nil, newErr(toolerr.ArtifactUnavailable, err, "%s: bad URL %s", step, target)
 	}
-	if b != nil {
-		newBody := func() io.ReadCloser {
-			if progress != nil {
-				return io.NopCloser(&progressBytes{b: b, fn: progress})
-			}
-			return io.NopCloser(bytes.NewReader(b))
+	if body != nil {
+		rc, err := body.open()
+		if err != nil {
+			return nil, newErr(toolerr.ArtifactUnavailable, err, "%s: %v", step, err)
 		}
-		req.Body = newBody()
-		req.GetBody = func() (io.ReadCloser, error) { return newBody(), nil }
-		req.ContentLength = int64(len(b))
+		req.Body = rc
+		req.GetBody = body.open
+		req.ContentLength = body.size
 		req.Header.Set("Content-Type", contentType)
 	}
 	resp, err := u.client.Do(req)
@@ -86,10 +129,24 @@ func (u *uploader) send(ctx context.Context, method, target, contentType string,
 	return resp, nil
 }
 
+// upload uploads layer l's blob: from the cache file when it has one,
+// else from memory.
+func (u *uploader) upload(ctx context.Context, l pushLayer, progress func(int64)) error {
+	if l.path != "" {
+		return u.blobBody(ctx, l.digest, filePayload(l.path, l.size, progress))
+	}
+	return u.blob(ctx, l.digest, l.data, progress)
+}
+
 // blob uploads b (digest d) unless the repository has it.
 func (u *uploader) blob(ctx context.Context, d string, b []byte, progress func(int64)) error {
+	return u.blobBody(ctx, d, bytesPayload(b, progress))
+}
+
+// blobBody uploads body (digest d) unless the repository has it.
+func (u *uploader) blobBody(ctx context.Context, d string, body *payload) error {
 	step := fmt.Sprintf("pushing blob %s to %s", d, u.repo.Name())
-	if resp, err := u.send(ctx, http.MethodHead, u.url("blobs/"+d), "", nil, nil, step, http.StatusOK, http.StatusNotFound); err != nil {
+	if resp, err := u.send(ctx, http.MethodHead, u.url("blobs/"+d), "", nil, step, http.StatusOK, http.StatusNotFound); err != nil {
 		return err
 	} else {
 		resp.Body.Close()
@@ -97,7 +154,7 @@ func (u *uploader) blob(ctx context.Context, d string, b []byte, progress func(i
 			return nil
 		}
 	}
-	resp, err := u.send(ctx, http.MethodPost, u.url("blobs/uploads/"), "", nil, nil, step, http.StatusAccepted)
+	resp, err := u.send(ctx, http.MethodPost, u.url("blobs/uploads/"), "", nil, step, http.StatusAccepted)
 	if err != nil {
 		return err
 	}
@@ -112,7 +169,7 @@ func (u *uploader) blob(ctx context.Context, d string, b []byte, progress func(i
 	q := loc.Query()
 	q.Set("digest", d)
 	loc.RawQuery = q.Encode()
-	resp, err = u.send(ctx, http.MethodPut, loc.String(), "application/octet-stream", b, progress, step, http.StatusCreated)
+	resp, err = u.send(ctx, http.MethodPut, loc.String(), "application/octet-stream", body, step, http.StatusCreated)
 	if err != nil {
 		return err
 	}
@@ -122,7 +179,7 @@ func (u *uploader) blob(ctx context.Context, d string, b []byte, progress func(i
 
 // manifest puts manifest m (media type mt) under tag.
 func (u *uploader) manifest(ctx context.Context, tag, mt string, m []byte) error {
-	resp, err := u.send(ctx, http.MethodPut, u.url("manifests/"+tag), mt, m, nil, fmt.Sprintf("pushing the manifest to %s:%s", u.repo.Name(), tag), http.StatusCreated, http.StatusOK)
+	resp, err := u.send(ctx, http.MethodPut, u.url("manifests/"+tag), mt, bytesPayload(m, nil), fmt.Sprintf("pushing the manifest to %s:%s", u.repo.Name(), tag), http.StatusCreated, http.StatusOK)
 	if err != nil {
 		return err
 	}

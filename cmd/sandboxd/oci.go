@@ -188,11 +188,12 @@ func cmdPush(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 		if err := artifact.CheckTitle(title); err != nil {
 			return c.usage("%s: %v", spec, toolerr.As(err).Message)
 		}
-		b, err := readModule(file)
-		if err != nil {
+		if err := checkModuleFile(file); err != nil {
 			return c.usage("%v", err)
 		}
-		mods = append(mods, artifact.PushModule{Title: title, Wasm: b})
+		// Streamed by Push (hashed into the cache, uploaded from there),
+		// not read into memory here.
+		mods = append(mods, artifact.PushModule{Title: title, File: file})
 	}
 	oci, ctx, done, err := c.open(ctx)
 	if err != nil {
@@ -520,18 +521,20 @@ func sourceDateEpoch() (time.Time, bool, error) {
 // maxPushModule caps a module file read by push.
 const maxPushModule = artifact.DefaultMaxModuleSize
 
-func readModule(path string) ([]byte, error) {
+// checkModuleFile refuses what push cannot take as a module file: a
+// missing or non-regular file, or one over the module cap.
+func checkModuleFile(path string) error {
 	st, err := os.Stat(path)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", path)
+		return fmt.Errorf("%s is not a regular file", path)
 	}
 	if st.Size() > maxPushModule {
-		return nil, fmt.Errorf("%s is %d bytes, over the %d-byte module cap", path, st.Size(), maxPushModule)
+		return fmt.Errorf("%s is %d bytes, over the %d-byte module cap", path, st.Size(), maxPushModule)
 	}
-	return os.ReadFile(path)
+	return nil
 }
 
 func baseName(p string) string {
