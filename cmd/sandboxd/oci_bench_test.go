@@ -20,22 +20,26 @@ import (
 	"github.com/sandboxd/sandboxd/internal/registrytest"
 )
 
-// orasBinary finds ORAS on PATH or in the repository's .tools/bin (what
-// .ci/deps.d/40-oci.sh installs); missing, the benchmark is skipped,
-// except under CI=true.
-func orasBinary(b testing.TB) string {
-	if p, err := exec.LookPath("oras"); err == nil {
+// orasBinary finds ORAS (see ociClient).
+func orasBinary(b testing.TB) string { return ociClient(b, "oras") }
+
+// ociClient finds an OCI client (oras, crane) on PATH or in the
+// repository's .tools/bin (what .ci/deps.d/40-oci.sh installs); missing,
+// the test is skipped, except under CI=true, where it fails.
+func ociClient(t testing.TB, name string) string {
+	t.Helper()
+	if p, err := exec.LookPath(name); err == nil {
 		return p
 	}
-	if p, err := filepath.Abs("../../.tools/bin/oras"); err == nil {
+	if p, err := filepath.Abs("../../.tools/bin/" + name); err == nil {
 		if _, err := os.Stat(p); err == nil {
 			return p
 		}
 	}
 	if os.Getenv("CI") == "true" {
-		b.Fatal("oras is not installed (bash .ci/deps.d/40-oci.sh); CI=true requires it")
+		t.Fatalf("%s is not installed (bash .ci/deps.d/40-oci.sh); CI=true requires it", name)
 	}
-	b.Skip("oras is not installed (bash .ci/deps.d/40-oci.sh)")
+	t.Skipf("%s is not installed (bash .ci/deps.d/40-oci.sh)", name)
 	return ""
 }
 

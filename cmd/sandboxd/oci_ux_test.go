@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -64,6 +66,27 @@ func TestOCIUXCommands(t *testing.T) {
 		t.Fatalf("push to two tags: %s", stderr)
 	}
 	two := strings.TrimSpace(stdout)
+	// The --annotation value is in the manifest, as other clients read it.
+	t.Run("annotation read back by crane and oras", func(t *testing.T) {
+		for _, c := range [][]string{
+			{ociClient(t, "crane"), "manifest", "--insecure", two},
+			{ociClient(t, "oras"), "manifest", "fetch", "--plain-http", two},
+		} {
+			out, err := exec.Command(c[0], c[1:]...).Output()
+			if err != nil {
+				t.Fatalf("%s %v: %v", filepath.Base(c[0]), c[1:], err)
+			}
+			var m struct {
+				Annotations map[string]string `json:"annotations"`
+			}
+			if err := json.Unmarshal(out, &m); err != nil {
+				t.Fatalf("%s: %v\n%s", filepath.Base(c[0]), err, out)
+			}
+			if m.Annotations["org.example.team"] != "wasm" || m.Annotations["org.opencontainers.image.version"] != "3" {
+				t.Fatalf("%s reads the annotations %v, want org.example.team=wasm and the version 3", filepath.Base(c[0]), m.Annotations)
+			}
+		}
+	})
 	for _, tag := range []string{"a", "b"} {
 		code, stdout, stderr := cli("", "inspect", "--json", host+"/ux/m:"+tag)
 		if code != 0 || !strings.Contains(stdout, two) {
