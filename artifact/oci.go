@@ -156,7 +156,8 @@ func (c OCIConfig) WithCertsDir(dir string) OCIConfig {
 
 // WithLogger has the resolver log its registry work as events on l:
 // artifact-resolve (a ref being resolved), artifact-download (a blob
-// fetched from a registry: at the start, every 5 s while a large one
+// fetched from a registry, with the imageRef being resolved as ref, the
+// repo, digest and size: at the start, every 5 s while one over LargeBlob
 // streams, and at the end with bytes and milliseconds), and
 // artifact-failed. nil (the default) logs nothing.
 func (c OCIConfig) WithLogger(l *slog.Logger) OCIConfig {

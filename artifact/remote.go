@@ -292,9 +292,9 @@ func (s *remoteSource) download(ctx context.Context, d string, size int64, progr
 		return toolerr.New(toolerr.ArtifactRefused, "blob %s is %d bytes, over the %d-byte cap", d, size, s.o.cfg.maxBlob)
 	}
 	start := time.Now()
-	repo := s.ref.repo.Name()
-	s.o.logInfo("artifact-download", "repo", repo, "digest", d, "size", size, "state", "started")
-	if s.o.cfg.log != nil && size > largeBlob {
+	repo, ref := s.ref.repo.Name(), s.ref.String()
+	s.o.logInfo("artifact-download", "ref", ref, "repo", repo, "digest", d, "size", size, "state", "started")
+	if s.o.cfg.log != nil && size > LargeBlob {
 		inner := progress
 		var last time.Time
 		progress = func(n int64) {
@@ -303,7 +303,7 @@ func (s *remoteSource) download(ctx context.Context, d string, size int64, progr
 			}
 			if now := time.Now(); now.Sub(last) >= 5*time.Second {
 				if !last.IsZero() {
-					s.o.logInfo("artifact-download", "repo", repo, "digest", d, "size", size, "state", "progress", "bytes", n, "ms", now.Sub(start).Milliseconds())
+					s.o.logInfo("artifact-download", "ref", ref, "repo", repo, "digest", d, "size", size, "state", "progress", "bytes", n, "ms", now.Sub(start).Milliseconds())
 				}
 				last = now
 			}
@@ -311,13 +311,14 @@ func (s *remoteSource) download(ctx context.Context, d string, size int64, progr
 	}
 	err := s.transfer(ctx, d, size, progress)
 	if err == nil {
-		s.o.logInfo("artifact-download", "repo", repo, "digest", d, "size", size, "state", "done", "ms", time.Since(start).Milliseconds())
+		s.o.logInfo("artifact-download", "ref", ref, "repo", repo, "digest", d, "size", size, "state", "done", "ms", time.Since(start).Milliseconds())
 	}
 	return err
 }
 
-// largeBlob is the size above which a download logs its progress.
-const largeBlob = 4 << 20
+// LargeBlob is the size above which a download logs its progress (every
+// 5 s while it streams).
+const LargeBlob = 4 << 20
 
 // transfer downloads blob d into the cache, retrying an interrupted transfer.
 func (s *remoteSource) transfer(ctx context.Context, d string, size int64, progress func(int64)) error {

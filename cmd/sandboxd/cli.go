@@ -241,6 +241,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		defer rec.Close()
 		cfg = cfg.WithCallObserver(rec.Observe)
 	}
+	ociOpts.log = newDownloadNotes(stderr) // large downloads are reported, as serve logs them
 	oci, err := ociOpts.resolver()
 	if err != nil {
 		return usage("%v", err)
