@@ -63,7 +63,11 @@ func (h downloadNotes) Handle(_ context.Context, r slog.Record) error {
 	case "progress":
 		line = fmt.Sprintf("downloading %s from %s: %s so far", humanBytes(size), ref, humanBytes(done))
 	case "done":
-		line = fmt.Sprintf("downloaded %s from %s in %s", humanBytes(size), ref, (time.Duration(ms) * time.Millisecond).Round(100*time.Millisecond))
+		d := time.Duration(ms) * time.Millisecond
+		if d >= time.Second {
+			d = d.Round(100 * time.Millisecond)
+		}
+		line = fmt.Sprintf("downloaded %s from %s in %s", humanBytes(size), ref, d)
 	default:
 		return nil
 	}
