@@ -49,6 +49,7 @@ func hangingRegistry(t *testing.T, hang string, length int) (host string, target
 // step it hung in with deadline-exceeded, naming the step, within the
 // per-request deadline — however long the caller's own deadline is.
 func TestRegistryRequestDeadlines(t *testing.T) {
+	t.Parallel() // its own registries, caches and clients; no env
 	echo := fixture(t, "go_echo_reactor.wasm")
 	layer := artifact.Digest(echo)
 	timeout := time.Second
@@ -100,6 +101,7 @@ func TestRegistryRequestDeadlines(t *testing.T) {
 // TestPullConcurrentBounded: a pull fetches its blobs concurrently, never
 // more at once than the configured concurrency.
 func TestPullConcurrentBounded(t *testing.T) {
+	t.Parallel() // its own registries, caches and clients; no env
 	inner := registrytest.NewInMemory(t, nil)
 	var mu sync.Mutex
 	var inFlight, most int

@@ -112,6 +112,7 @@ func ociRef(image, path, version string) artifact.Ref {
 }
 
 func TestFaults(t *testing.T) {
+	t.Parallel() // its own registries, caches and clients; no env
 	echo := fixture(t, "echo_reactor.wasm")
 	counter := fixture(t, "counter_reactor.wasm")
 

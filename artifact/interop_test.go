@@ -102,6 +102,7 @@ func writeFiles(t testing.TB, dir string, files map[string][]byte) {
 // TestInteropLayouts builds each layout other tools push with ORAS and
 // crane against a real docker-registry and resolves a module from it.
 func TestInteropLayouts(t *testing.T) {
+	t.Parallel() // its own registries, caches and clients; no env
 	reg := registrytest.Start(t)
 	host := reg.Host
 	dir := t.TempDir()

@@ -123,6 +123,7 @@ func TestCacheDirRefused(t *testing.T) {
 // digest is never served; it is dropped and fetched again (with the
 // registry down: artifact-unavailable, and the bad copy is gone).
 func TestCorruptCacheRefetched(t *testing.T) {
+	t.Parallel() // its own registries, caches and clients; no env
 	f := &registrytest.Faults{}
 	host := registrytest.Host(registrytest.NewInMemory(t, f))
 	echo := fixture(t, "echo_reactor.wasm")

@@ -64,6 +64,7 @@ func wantCode(t testing.TB, err error, code toolerr.Code) *toolerr.Error {
 // docker-registry process, then resolves each module by tag and by digest,
 // the second time with the registry stopped.
 func TestRealRegistryRoundTrip(t *testing.T) {
+	t.Parallel() // its own registries, caches and clients; no env
 	reg := registrytest.Start(t)
 	ctx := ctxT(t)
 	echo, counter := fixture(t, "echo_reactor.wasm"), fixture(t, "counter_reactor.wasm")
@@ -126,6 +127,7 @@ func TestRealRegistryRoundTrip(t *testing.T) {
 // docker-registry: 5xx answers are retried, a tampered blob is refused, an
 // interrupted download is restarted.
 func TestRealRegistryFaults(t *testing.T) {
+	t.Parallel() // its own registries, caches and clients; no env
 	reg := registrytest.Start(t)
 	f := &registrytest.Faults{}
 	host := registrytest.Host(registrytest.NewProxy(t, reg.Host, f))

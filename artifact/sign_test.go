@@ -66,6 +66,7 @@ func signPayload(t *testing.T, dir string, k *ecdsa.PrivateKey, repo, digest str
 // referrer (oras attach; docker-registry 2.8 has no referrers API, so ORAS
 // writes the referrers tag schema).
 func TestCosignKeyVerification(t *testing.T) {
+	t.Parallel() // its own registries, caches and clients; no env
 	reg := registrytest.Start(t)
 	host := reg.Host
 	dir := t.TempDir()

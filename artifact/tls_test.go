@@ -110,6 +110,7 @@ func TestRegistryTLSAndAuth(t *testing.T) {
 
 // TestErrorTexts: registry failures are told in sandboxd's words.
 func TestErrorTexts(t *testing.T) {
+	t.Parallel() // its own registries, caches and clients; no env
 	f := &registrytest.Faults{}
 	host := registrytest.Host(registrytest.NewInMemory(t, f))
 	echo := fixture(t, "echo_reactor.wasm")

@@ -18,6 +18,7 @@ import (
 // TestExportTagCopy: pull -o (Export), tag and copy against docker-registry,
 // checked with crane.
 func TestExportTagCopy(t *testing.T) {
+	t.Parallel() // its own registries, caches and clients; no env
 	reg := registrytest.Start(t)
 	host := reg.Host
 	crane := newClient(t, "crane", t.TempDir(), "--insecure")
