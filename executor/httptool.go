@@ -280,7 +280,10 @@ func (ut urlTemplate) expand(input map[string]any) (string, error) {
 			return "", &fillError{param: p, msg: fmt.Sprintf("urlTemplate key {%s} must be a primitive (a string, number or boolean); got %s", p, jsonTypeName(v))}
 		}
 		if ut.query[i] {
-			b.WriteString(url.QueryEscape(s))
+			// A space is %20, as Kindgi's encodeURIComponent writes it,
+			// not QueryEscape's '+' (which it writes for a space only: a
+			// literal '+' is %2B), so no server can read it either way.
+			b.WriteString(strings.ReplaceAll(url.QueryEscape(s), "+", "%20"))
 			continue
 		}
 		if reason := pathValueProblem(s); reason != "" {

@@ -168,11 +168,11 @@ func TestHTTPToolKindgiTests(t *testing.T) {
 					t.Fatalf("message %q, request %v", te.Message, o.req)
 				}
 			}},
-		{name: "http.ts: numbers and booleans fill placeholders as written; query values are encoded", spec: map[string]any{"urlTemplate": base + "/n/{n}/{b}?q={q}&f={f}"},
-			input: map[string]any{"type": "object"}, in: `{"n":1.50,"b":true,"q":"a b&c=d/e","f":false}`,
+		{name: "http.ts: numbers and booleans fill placeholders as written; query values are encoded (a space as %20)", spec: map[string]any{"urlTemplate": base + "/n/{n}/{b}?q={q}&f={f}"},
+			input: map[string]any{"type": "object"}, in: `{"n":1.50,"b":true,"q":"a b+&c=d/e","f":false}`,
 			check: func(t *testing.T, o outcome) {
 				wantOK(t, o.err)
-				if o.req.Path != "/n/1.50/true" || o.req.Query != "q=a+b%26c%3Dd%2Fe&f=false" {
+				if o.req.Path != "/n/1.50/true" || o.req.Query != "q=a%20b%2B%26c%3Dd%2Fe&f=false" {
 					t.Fatalf("path %s query %s", o.req.Path, o.req.Query)
 				}
 			}},
