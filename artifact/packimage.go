@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -184,7 +186,10 @@ func (i packInfo) Sys() any           { return nil }
 //
 // Every blob is verified against its digest before its bytes are used
 // (they come through the artifact cache, so a digest-pinned ref works
-// offline once pulled). Refused (artifact-refused): an entry name that is
+// offline once pulled). The files kept are stored in the cache too, each
+// a blob by its digest, with a memo of the image's files by its manifest
+// digest: opening that manifest again reads them (verified) instead of its
+// layers. Refused (artifact-refused): an entry name that is
 // absolute after "/" is stripped or has a ".." element, anywhere in the
 // image; a file over the blob cap (WithMaxBlobSize); files over four
 // times the cap in all; more than 2^20 tar entries; a layer over the cap
@@ -218,6 +223,12 @@ func (o *OCI) openPackImage(ctx context.Context, r *imageRef) (*PackImage, error
 			return nil, err
 		}
 	}
+	rs, remote := op.src.(*remoteSource)
+	if remote {
+		if p := rs.cache.loadPackMemo(op.art); p != nil {
+			return p, nil
+		}
+	}
 	p := &PackImage{Artifact: op.art, files: map[string]packEntry{}}
 	budget := 4 * o.cfg.maxBlob
 	if op.art.Layout == LayoutWasm {
@@ -230,7 +241,104 @@ func (o *OCI) openPackImage(ctx context.Context, r *imageRef) (*PackImage, error
 	if err != nil {
 		return nil, err
 	}
+	if remote {
+		rs.cache.storePackMemo(p)
+	}
 	return p, nil
+}
+
+// packMemo is what the cache keeps of a pack image, by its manifest
+// digest: <cache>/packs/<alg>/<hex>.json. Each regular file is a blob of
+// the cache (by its own digest, verified whenever read), so a later open
+// of the same manifest reads no layer.
+type packMemo struct {
+	Layout string                   `json:"layout"`
+	Root   string                   `json:"root"`
+	Files  map[string]packMemoEntry `json:"files"`
+}
+
+type packMemoEntry struct {
+	Digest string `json:"digest,omitempty"` // a regular file's
+	Size   int64  `json:"size,omitempty"`
+	Kind   string `json:"kind,omitempty"` // an irregular entry's
+	Layer  string `json:"layer"`
+}
+
+func (c *cache) packMemoPath(manifest string) string {
+	alg, hexPart := digestParts(manifest)
+	return c.dir("packs", alg, hexPart+".json")
+}
+
+// storePackMemo stores p's files and its memo. It is an optimisation:
+// failures are ignored.
+func (c *cache) storePackMemo(p *PackImage) {
+	m := packMemo{Layout: p.Layout, Root: p.Root, Files: map[string]packMemoEntry{}}
+	for name, e := range p.files {
+		me := packMemoEntry{Kind: e.kind, Layer: e.layer}
+		if e.kind == "" {
+			me.Digest, me.Size = Digest(e.data), int64(len(e.data))
+			if c.putBytes(me.Digest, e.data) != nil {
+				return
+			}
+		}
+		m.Files[name] = me
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return
+	}
+	dst := c.packMemoPath(p.Artifact.Digest)
+	if os.MkdirAll(filepath.Dir(dst), 0o700) != nil {
+		return
+	}
+	tmp, err := os.CreateTemp(c.dir("tmp"), "pack.*")
+	if err != nil {
+		return
+	}
+	_, err = tmp.Write(b)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), dst)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+	}
+}
+
+// loadPackMemo returns the pack image of art from its memo, every file
+// read from the cache and verified; nil when there is none or anything of
+// it is missing, malformed or fails verification (the image is then read
+// from its layers again).
+func (c *cache) loadPackMemo(art Artifact) *PackImage {
+	b, err := ReadRegular(c.packMemoPath(art.Digest), MaxManifestSize)
+	if err != nil {
+		return nil
+	}
+	var m packMemo
+	if json.Unmarshal(b, &m) != nil || (m.Layout != PackFiles && m.Layout != PackTar) {
+		return nil
+	}
+	p := &PackImage{Artifact: art, Layout: m.Layout, Root: m.Root, files: map[string]packEntry{}}
+	for name, me := range m.Files {
+		if !fs.ValidPath(name) {
+			return nil
+		}
+		if me.Kind != "" {
+			p.files[name] = packEntry{kind: me.Kind, layer: me.Layer}
+			continue
+		}
+		if checkDigest(me.Digest) != nil {
+			return nil
+		}
+		data, err := c.readBlob(me.Digest, me.Size)
+		if err != nil {
+			return nil
+		}
+		p.files[name] = packEntry{data: data, layer: me.Layer}
+	}
+	return p
 }
 
 func (o *OCI) readFileLayers(ctx context.Context, op *opened, p *PackImage, budget int64) error {

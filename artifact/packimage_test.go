@@ -16,6 +16,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/sandboxd/sandboxd/internal/registrytest"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
 
@@ -308,5 +309,58 @@ func TestSameRepository(t *testing.T) {
 		if got := SameRepository(c.a, c.b); got != c.want {
 			t.Errorf("SameRepository(%s, %s) = %v", c.a, c.b, got)
 		}
+	}
+}
+
+// TestPackImageCacheMemo: a pack image opened from a registry leaves its
+// files in the cache by the manifest's digest: opened again by digest it
+// reads no layer — it boots with the layer gone from the cache and the
+// registry down — and a file whose cached copy was tampered with is read
+// from the layers again.
+func TestPackImageCacheMemo(t *testing.T) {
+	srv := registrytest.NewInMemory(t, nil)
+	host := registrytest.Host(srv)
+	layoutRef := writeImage(t, t.TempDir(), layer(t, compGzip, tarEntry{name: "app/index.json", data: "{}"}, tarEntry{name: "app/dist/m.wasm", data: "module"}))
+	cacheDir := filepath.Join(t.TempDir(), "cache")
+	o, err := NewOCI(NewOCIConfig().WithCacheDir(cacheDir).WithInsecureRegistries(host))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	art, err := o.Copy(ctx, layoutRef, host+"/acme/pack:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := openPack(t, o, host+"/acme/pack:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	layerBlob := filepath.Join(cacheDir, "blobs", "sha256", strings.TrimPrefix(p.Artifact.Layers[0].Digest, "sha256:"))
+	moduleBlob := filepath.Join(cacheDir, "blobs", "sha256", strings.TrimPrefix(Digest([]byte("module")), "sha256:"))
+	if _, err := os.Stat(moduleBlob); err != nil {
+		t.Fatalf("the module is not a blob of the cache: %v", err)
+	}
+
+	// A tampered cached file: the layers are read again.
+	os.WriteFile(moduleBlob, []byte("mod-le"), 0o600)
+	if p, err = openPack(t, o, art.Ref); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := fs.ReadFile(p.FS(), "app/dist/m.wasm"); string(b) != "module" {
+		t.Fatalf("m.wasm = %q after tampering with its cached copy", b)
+	}
+
+	// The layer gone and the registry down: the memo serves.
+	if err := os.Remove(layerBlob); err != nil {
+		t.Fatal(err)
+	}
+	srv.Close()
+	if p, err = openPack(t, o, art.Ref); err != nil {
+		t.Fatalf("offline, without the layer: %v", err)
+	}
+	if b, _ := fs.ReadFile(p.FS(), "app/dist/m.wasm"); string(b) != "module" {
+		t.Fatalf("m.wasm = %q from the memo", b)
 	}
 }
