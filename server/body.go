@@ -5,45 +5,42 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 )
 
 // byteBudget is a non-blocking semaphore counted in bytes: the memory of
-// request bodies held at once.
+// request bodies held at once. Every call charges it, so it is atomics,
+// not a lock all calls share.
 type byteBudget struct {
-	mu         sync.Mutex
-	used, peak int64
+	used, peak atomic.Int64
 	limit      int64
 }
 
 // tryAcquire takes n bytes if they fit.
 func (b *byteBudget) tryAcquire(n int64) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if n > b.limit-b.used {
-		return false
+	for {
+		u := b.used.Load()
+		if n > b.limit-u {
+			return false
+		}
+		if b.used.CompareAndSwap(u, u+n) {
+			for p := b.peak.Load(); u+n > p && !b.peak.CompareAndSwap(p, u+n); p = b.peak.Load() {
+			}
+			return true
+		}
 	}
-	b.used += n
-	b.peak = max(b.peak, b.used)
-	return true
 }
 
 func (b *byteBudget) release(n int64) {
-	if n == 0 {
-		return
+	if n != 0 {
+		b.used.Add(-n)
 	}
-	b.mu.Lock()
-	b.used -= n
-	b.mu.Unlock()
 }
 
 // stats returns the bytes held now and the most ever held.
 func (b *byteBudget) stats() (used, peak int64) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.used, b.peak
+	return b.used.Load(), b.peak.Load()
 }
 
 // bodyCharge is what a body costs the budget per byte of buffer: the body

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/sandboxd/sandboxd/executor"
 	"github.com/sandboxd/sandboxd/manifest"
@@ -172,10 +173,14 @@ type catalog struct {
 	checks                               map[string]*entry // by check id
 	checkOrder                           []string
 
-	mu      sync.Mutex
-	refs    int
-	retired bool
+	// state is the reference count, with retiredBit set once the catalog
+	// is retired: every call takes and drops references, so they are
+	// atomics on the catalog, not a lock shared by all calls.
+	state atomic.Int64
 }
+
+// retiredBit marks a retired catalog in catalog.state.
+const retiredBit = 1 << 62
 
 // entry is one loaded tool.
 type entry struct {
@@ -245,42 +250,43 @@ func (c *catalog) close(ctx context.Context) {
 	}
 }
 
-// hold takes another reference on a catalog the caller already holds.
-func (c *catalog) hold() {
-	c.mu.Lock()
-	c.refs++
-	c.mu.Unlock()
-}
+// hold takes another reference on a catalog the caller already holds (or
+// on a retired one whose closed tools are to answer; see Server.current).
+func (c *catalog) hold() { c.state.Add(1) }
 
 // acquire takes a reference; false when the catalog is retired.
 func (c *catalog) acquire() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.retired {
-		return false
+	for {
+		st := c.state.Load()
+		if st&retiredBit != 0 {
+			return false
+		}
+		if c.state.CompareAndSwap(st, st+1) {
+			return true
+		}
 	}
-	c.refs++
-	return true
 }
 
+// release drops a reference; the last one of a retired catalog closes it.
 func (c *catalog) release() {
-	c.mu.Lock()
-	c.refs--
-	last := c.retired && c.refs == 0
-	c.mu.Unlock()
-	if last {
+	if c.state.Add(-1) == retiredBit {
 		c.close(context.Background())
 	}
 }
 
 // retire marks c replaced; its tools close once no call holds it.
 func (c *catalog) retire() {
-	c.mu.Lock()
-	c.retired = true
-	idle := c.refs == 0
-	c.mu.Unlock()
-	if idle {
-		c.close(context.Background())
+	for {
+		st := c.state.Load()
+		if st&retiredBit != 0 {
+			return
+		}
+		if c.state.CompareAndSwap(st, st|retiredBit) {
+			if st == 0 {
+				c.close(context.Background())
+			}
+			return
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/sandboxd/sandboxd/egress"
 )
@@ -14,15 +15,41 @@ import (
 // metrics is sandboxd's Prometheus registry, written in the text
 // exposition format (version 0.0.4) by hand: a handful of counters, gauges
 // and histograms does not justify client_golang and its dependency tree.
+//
+// What every call records (call) touches no lock shared by all calls: a
+// tool's series are found in a sync.Map and updated with atomics; mu
+// guards the rarer refusals and egress counts, and the creation of a
+// tool's or outcome's series.
 type metrics struct {
-	mu          sync.Mutex
-	invocations map[[2]string]float64 // tool, outcome
-	duration    map[string]*histogram // tool
-	cpuMs       map[string]float64    // tool
-	peakMem     map[string]*histogram // tool
-	rejected    map[string]float64    // reason
-	egress      map[[2]string]float64 // tool, decision
+	tools sync.Map // tool -> *toolSeries
+
+	mu       sync.Mutex
+	rejected map[string]float64    // reason
+	egress   map[[2]string]float64 // tool, decision
 }
+
+// toolSeries are one tool's per-call series.
+type toolSeries struct {
+	outcomes sync.Map // outcome -> *atomic.Uint64 (invocations)
+	duration *histogram
+	ran      atomic.Bool // a guest ran: cpuMs and peakMem exist
+	cpuMs    atomicFloat
+	peakMem  *histogram
+}
+
+// atomicFloat is a float64 sum updated without a lock.
+type atomicFloat struct{ bits atomic.Uint64 }
+
+func (f *atomicFloat) add(v float64) {
+	for {
+		old := f.bits.Load()
+		if f.bits.CompareAndSwap(old, math.Float64bits(math.Float64frombits(old)+v)) {
+			return
+		}
+	}
+}
+
+func (f *atomicFloat) load() float64 { return math.Float64frombits(f.bits.Load()) }
 
 // durationBuckets are the latency buckets in seconds.
 var durationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}
@@ -30,36 +57,42 @@ var durationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.
 // memBuckets are the peak-memory buckets in MiB.
 var memBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096}
 
+// histogram counts each observation in the first bucket whose bound holds
+// it (the last slot: above every bound); write makes them cumulative, so a
+// scrape's buckets and count always agree.
 type histogram struct {
 	bounds []float64
-	counts []uint64
-	sum    float64
-	count  uint64
+	counts []atomic.Uint64 // len(bounds)+1
+	sum    atomicFloat
 }
 
 func newHistogram(b []float64) *histogram {
-	return &histogram{bounds: b, counts: make([]uint64, len(b))}
+	return &histogram{bounds: b, counts: make([]atomic.Uint64, len(b)+1)}
 }
 
 func (h *histogram) observe(v float64) {
-	for i, b := range h.bounds {
-		if v <= b {
-			h.counts[i]++
-		}
+	i := 0
+	for i < len(h.bounds) && v > h.bounds[i] {
+		i++
 	}
-	h.sum += v
-	h.count++
+	h.counts[i].Add(1)
+	h.sum.add(v)
 }
 
 func newMetrics() *metrics {
 	return &metrics{
-		invocations: map[[2]string]float64{},
-		duration:    map[string]*histogram{},
-		cpuMs:       map[string]float64{},
-		peakMem:     map[string]*histogram{},
-		rejected:    map[string]float64{},
-		egress:      map[[2]string]float64{},
+		rejected: map[string]float64{},
+		egress:   map[[2]string]float64{},
 	}
+}
+
+// series returns tool's series, creating them on its first call.
+func (m *metrics) series(tool string) *toolSeries {
+	if ts, ok := m.tools.Load(tool); ok {
+		return ts.(*toolSeries)
+	}
+	ts, _ := m.tools.LoadOrStore(tool, &toolSeries{duration: newHistogram(durationBuckets), peakMem: newHistogram(memBuckets)})
+	return ts.(*toolSeries)
 }
 
 // egressAttempts counts a call's HTTP requests by decision.
@@ -80,23 +113,17 @@ func (m *metrics) egressAttempts(tool string, attempts []egress.Attempt) {
 
 // call records one finished invocation. ran is false when no guest ran.
 func (m *metrics) call(tool, outcome string, seconds float64, ran bool, cpuMs, peakMB float64) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.invocations[[2]string{tool, outcome}]++
-	h := m.duration[tool]
-	if h == nil {
-		h = newHistogram(durationBuckets)
-		m.duration[tool] = h
+	ts := m.series(tool)
+	n, ok := ts.outcomes.Load(outcome)
+	if !ok {
+		n, _ = ts.outcomes.LoadOrStore(outcome, new(atomic.Uint64))
 	}
-	h.observe(seconds)
+	n.(*atomic.Uint64).Add(1)
+	ts.duration.observe(seconds)
 	if ran {
-		m.cpuMs[tool] += cpuMs
-		p := m.peakMem[tool]
-		if p == nil {
-			p = newHistogram(memBuckets)
-			m.peakMem[tool] = p
-		}
-		p.observe(peakMB)
+		ts.cpuMs.add(cpuMs)
+		ts.peakMem.observe(peakMB)
+		ts.ran.Store(true)
 	}
 }
 
@@ -123,9 +150,25 @@ func (m *metrics) write(w io.Writer, g gauges) {
 	head := func(name, typ, help string) {
 		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
 	}
+	// A snapshot of the per-call series (each read atomically).
+	invocations := map[[2]string]float64{}
+	duration, peakMem := map[string]*histogram{}, map[string]*histogram{}
+	cpuMs := map[string]float64{}
+	m.tools.Range(func(k, v any) bool {
+		tool, ts := k.(string), v.(*toolSeries)
+		ts.outcomes.Range(func(o, n any) bool {
+			invocations[[2]string{tool, o.(string)}] = float64(n.(*atomic.Uint64).Load())
+			return true
+		})
+		duration[tool] = ts.duration
+		if ts.ran.Load() {
+			cpuMs[tool], peakMem[tool] = ts.cpuMs.load(), ts.peakMem
+		}
+		return true
+	})
 	head("sandboxd_invocations_total", "counter", "Tool invocations answered, by tool and outcome (ok or the wire error code).")
-	keys := make([][2]string, 0, len(m.invocations))
-	for k := range m.invocations {
+	keys := make([][2]string, 0, len(invocations))
+	for k := range invocations {
 		keys = append(keys, k)
 	}
 	sort.Slice(keys, func(i, j int) bool {
@@ -135,14 +178,14 @@ func (m *metrics) write(w io.Writer, g gauges) {
 		return keys[i][1] < keys[j][1]
 	})
 	for _, k := range keys {
-		fmt.Fprintf(&b, "sandboxd_invocations_total{tool=%s,outcome=%s} %s\n", label(k[0]), label(k[1]), num(m.invocations[k]))
+		fmt.Fprintf(&b, "sandboxd_invocations_total{tool=%s,outcome=%s} %s\n", label(k[0]), label(k[1]), num(invocations[k]))
 	}
-	writeHists(&b, "sandboxd_invocation_duration_seconds", "Wall time from request to answer, by tool.", m.duration)
+	writeHists(&b, "sandboxd_invocation_duration_seconds", "Wall time from request to answer, by tool.", duration)
 	head("sandboxd_guest_cpu_ms_total", "counter", "Guest CPU time consumed, by tool, in milliseconds.")
-	for _, t := range sortedKeys(m.cpuMs) {
-		fmt.Fprintf(&b, "sandboxd_guest_cpu_ms_total{tool=%s} %s\n", label(t), num(m.cpuMs[t]))
+	for _, t := range sortedKeys(cpuMs) {
+		fmt.Fprintf(&b, "sandboxd_guest_cpu_ms_total{tool=%s} %s\n", label(t), num(cpuMs[t]))
 	}
-	writeHists(&b, "sandboxd_guest_peak_memory_mb", "Peak guest memory per call (linear memory plus host buffers), by tool, in MiB.", m.peakMem)
+	writeHists(&b, "sandboxd_guest_peak_memory_mb", "Peak guest memory per call (linear memory plus host buffers), by tool, in MiB.", peakMem)
 	head("sandboxd_egress_requests_total", "counter", "Guest HTTP requests (each redirect hop counts), by tool and policy decision (allowed or denied).")
 	ekeys := make([][2]string, 0, len(m.egress))
 	for k := range m.egress {
@@ -195,12 +238,15 @@ func writeHists(b *strings.Builder, name, help string, hs map[string]*histogram)
 	fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name)
 	for _, t := range sortedKeys(hs) {
 		h := hs[t]
+		var cum uint64
 		for i, bound := range h.bounds {
-			fmt.Fprintf(b, "%s_bucket{tool=%s,le=\"%s\"} %d\n", name, label(t), num(bound), h.counts[i])
+			cum += h.counts[i].Load()
+			fmt.Fprintf(b, "%s_bucket{tool=%s,le=\"%s\"} %d\n", name, label(t), num(bound), cum)
 		}
-		fmt.Fprintf(b, "%s_bucket{tool=%s,le=\"+Inf\"} %d\n", name, label(t), h.count)
-		fmt.Fprintf(b, "%s_sum{tool=%s} %s\n", name, label(t), num(h.sum))
-		fmt.Fprintf(b, "%s_count{tool=%s} %d\n", name, label(t), h.count)
+		cum += h.counts[len(h.bounds)].Load()
+		fmt.Fprintf(b, "%s_bucket{tool=%s,le=\"+Inf\"} %d\n", name, label(t), cum)
+		fmt.Fprintf(b, "%s_sum{tool=%s} %s\n", name, label(t), num(h.sum.load()))
+		fmt.Fprintf(b, "%s_count{tool=%s} %d\n", name, label(t), cum)
 	}
 }
 

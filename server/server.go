@@ -109,8 +109,10 @@ type Server struct {
 
 	tokenSum [32]byte
 
-	catMu sync.RWMutex
-	cat   *catalog
+	// catMu orders Close and Reload; calls read cat and closed without it.
+	catMu  sync.Mutex
+	cat    atomic.Pointer[catalog]
+	closed atomic.Bool
 
 	reloadMu sync.Mutex
 
@@ -130,7 +132,6 @@ type Server struct {
 	// waits for them too, so their lifecycle events are written before exit.
 	guests       sync.WaitGroup
 	activeGuests atomic.Int64
-	closed       bool
 
 	// guestWork hands a guest run to an idle guest worker (goGuest).
 	guestWork chan func()
@@ -194,7 +195,7 @@ func New(ctx context.Context, exec *executor.Executor, src Source, opts Options)
 	if len(problems) > 0 {
 		return nil, &BootError{Problems: problems}
 	}
-	s.cat = cat
+	s.cat.Store(cat)
 	return s, nil
 }
 
@@ -216,11 +217,11 @@ func NewLogger(w io.Writer) *slog.Logger {
 func (s *Server) Close(ctx context.Context) error {
 	s.catMu.Lock()
 	defer s.catMu.Unlock()
-	if s.closed {
+	if s.closed.Load() {
 		return nil
 	}
-	s.closed = true
-	s.cat.retire()
+	s.closed.Store(true) // before the retire: current sees it once it sees the catalog retired
+	s.cat.Load().retire()
 	return nil
 }
 
@@ -236,13 +237,12 @@ func (s *Server) Reload(ctx context.Context) error {
 		return &BootError{Problems: problems}
 	}
 	s.catMu.Lock()
-	if s.closed {
+	if s.closed.Load() {
 		s.catMu.Unlock()
 		cat.close(ctx)
 		return errors.New("server: closed")
 	}
-	old := s.cat
-	s.cat = cat
+	old := s.cat.Swap(cat) // before the retire: current retries with the new one
 	s.catMu.Unlock()
 	old.retire()
 	s.log.Info("reloaded", "packId", cat.packID, "artifactVersion", cat.artifactVersion, "tools", len(cat.order))
@@ -255,16 +255,12 @@ func (s *Server) Reload(ctx context.Context) error {
 // internal-error), so a handler never spins.
 func (s *Server) current() *catalog {
 	for {
-		s.catMu.RLock()
-		c, closed := s.cat, s.closed
-		s.catMu.RUnlock()
+		c := s.cat.Load()
 		if c.acquire() {
 			return c
 		}
-		if closed {
-			c.mu.Lock()
-			c.refs++
-			c.mu.Unlock()
+		if s.closed.Load() {
+			c.hold()
 			return c
 		}
 	}
