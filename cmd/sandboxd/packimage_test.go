@@ -538,3 +538,47 @@ func TestPushPack(t *testing.T) {
 		t.Fatalf("a missing module: exit %d %s", code, stderr)
 	}
 }
+
+// TestConformanceIndexPackImage: conformance/testdata/index-pack (tools,
+// guardrail checks — one of them strict — a bundle map and case files) in
+// a crane-appended image under /app: by tag, the strict check is refused
+// (it must be pinned by digest); by digest, the report is the directory's
+// (TestIndexPack: the one failure is acme.no-verdict's output) plus the
+// pack image check.
+func TestConformanceIndexPackImage(t *testing.T) {
+	skipShortGoGuest(t, "checks_reactor", 2<<20)
+	r := newPackRegistry(t)
+	dir := packIndexDir(t)
+	var entries [][2]string
+	err := filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+		if err != nil || info.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		b, err := os.ReadFile(p)
+		entries = append(entries, [2]string{"app/" + filepath.ToSlash(rel), string(b)})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest := r.tarPack("acme/index-pack:1", entries)
+	conf := func(ref string) (int, string) {
+		code, stdout, stderr := runCLI(t, "", "conformance", "--index", "oci://"+ref, "--insecure-registry", r.host,
+			"--artifact-cache-dir", filepath.Join(t.TempDir(), "oci"), "--cache-dir", cacheDir(t), "--color", "never")
+		if code == exitUsage {
+			t.Fatalf("conformance %s: %s", ref, stderr)
+		}
+		return code, stdout
+	}
+	code, out := conf(r.host + "/acme/index-pack:1")
+	if code != exitError || !regexp.MustCompile(`FAIL +acme.checks.min-length +manifest +.*strict check acme.checks.min-length comes from the pack image .*pinned by digest`).MatchString(out) {
+		t.Fatalf("by tag: exit %d\n%s", code, out)
+	}
+	code, out = conf(r.host + "/acme/index-pack@" + digest)
+	t.Logf("sandboxd conformance --index oci://%s/acme/index-pack@%s\n%s", r.host, digest, out)
+	if code != exitError || !strings.Contains(out, "FAILED: 41 checks, 38 passed, 1 failed, 0 warnings, 2 skipped") ||
+		!regexp.MustCompile(`FAIL +acme.no-verdict +probe output-schema`).MatchString(out) {
+		t.Fatalf("by digest: exit %d\n%s", code, out)
+	}
+}
