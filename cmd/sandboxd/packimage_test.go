@@ -22,6 +22,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
+
+	"github.com/sandboxd/sandboxd/artifact"
 	"github.com/sandboxd/sandboxd/deployenv"
 	"github.com/sandboxd/sandboxd/internal/registrytest"
 )
@@ -580,5 +583,57 @@ func TestConformanceIndexPackImage(t *testing.T) {
 	if code != exitError || !strings.Contains(out, "FAILED: 41 checks, 38 passed, 1 failed, 0 warnings, 2 skipped") ||
 		!regexp.MustCompile(`FAIL +acme.no-verdict +probe output-schema`).MatchString(out) {
 		t.Fatalf("by digest: exit %d\n%s", code, out)
+	}
+}
+
+// TestServePackImageBootBounded: a boot from a pack image whose registry
+// hangs on a layer is bounded by the per-request deadline (boot-failed
+// naming the step) and stopped by SIGTERM (exit 0, stopped during boot).
+func TestServePackImageBootBounded(t *testing.T) {
+	s := newStandIn(t)
+	o, err := artifact.NewOCI(artifact.NewOCIConfig().WithCacheDir(t.TempDir()).WithInsecureRegistries(s.target).WithKeychain(authn.NewMultiKeychain()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	art, err := o.PushPack(ctx, s.target+"/acme/pack:1", "1", []artifact.PackFile{
+		{Title: "index.json", Data: packIndex(t, "20261201.1", false, "")},
+		{Title: "tools/identity.wasm", Data: exampleModule(t, "identity.wasm")},
+		{Title: "guardrails/allow.wasm", Data: exampleModule(t, "allow.wasm")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer := art.Layers[1]
+	args := func(extra ...string) []string {
+		return append([]string{"--index", "oci://" + s.host + "/acme/pack@" + art.Digest, "--insecure-registry", s.host,
+			"--artifact-cache-dir", filepath.Join(t.TempDir(), "oci"), "--cache-dir", cacheDir(t)}, extra...)
+	}
+	s.setHang("/blobs/"+layer.Digest, int(layer.Size))
+	defer s.setHang("", 0)
+	p := startServe(t, args("--registry-timeout", "2s")...)
+	ev := p.waitEvent("boot-failed", nil)
+	b, _ := json.Marshal(ev["problems"])
+	if !strings.Contains(string(b), "deadline-exceeded") || !strings.Contains(string(b), "GET blob "+layer.Digest) {
+		t.Fatalf("boot-failed does not name the step: %s", b)
+	}
+	t.Logf("hung layer: %s", b)
+	if code := p.wait(10 * time.Second); code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+
+	p = startServe(t, args()...) // the default 30 s request deadline
+	p.waitEvent("artifact-download", map[string]string{"digest": layer.Digest, "state": "started"})
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code := p.wait(10 * time.Second)
+	t.Logf("exit %d %s after SIGTERM", code, time.Since(start).Round(time.Millisecond))
+	if code != 0 || !strings.Contains(p.output(), `"during":"boot"`) {
+		t.Fatalf("exit %d, want 0 with stopped during boot:\n%s", code, p.output())
 	}
 }
