@@ -610,7 +610,7 @@ func isTerminal(w io.Writer) bool {
 		return false
 	}
 	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	return err == nil && st.Mode()&os.ModeCharDevice != 0 && isTTY(f.Fd())
 }
 
 func cmdCache(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {

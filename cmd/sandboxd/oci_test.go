@@ -205,3 +205,20 @@ func TestProgressLine(t *testing.T) {
 		t.Fatalf("progress drawn on a non-terminal: %q", b.String())
 	}
 }
+
+// TestIsTerminal: progress is drawn on a terminal, not on /dev/null (a
+// character device too: 2>/dev/null used to turn the meter on, and its
+// upload wrapper kept push from sending files with sendfile).
+func TestIsTerminal(t *testing.T) {
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	if isTerminal(null) {
+		t.Error("/dev/null is taken for a terminal")
+	}
+	if !isTerminal(openPTY(t)) {
+		t.Error("a pseudo-terminal is not taken for a terminal")
+	}
+}
