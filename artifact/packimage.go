@@ -478,7 +478,7 @@ func (o *OCI) applyLayer(ctx context.Context, op *opened, l descriptor, comp str
 			whiteouts = append(whiteouts, path.Join(dir, strings.TrimPrefix(base, ".wh.")))
 			continue
 		}
-		if !strings.HasPrefix(name, under) {
+		if name != keep && !strings.HasPrefix(name, under) {
 			continue // outside /app: not the pack's
 		}
 		switch h.Typeflag {

@@ -175,6 +175,9 @@ func TestPackImageHostile(t *testing.T) {
 		{"a symlinked directory", NewOCIConfig(), func() [][2]string {
 			return [][2]string{layer(t, compGzip, tarEntry{name: "app/dist", typ: tar.TypeSymlink, link: "/etc"}, tarEntry{name: "app/dist/m.wasm", data: "m"})}
 		}, "app/dist/m.wasm", toolerr.ArtifactRefused, "/app/dist in layer"},
+		{"/app a symlink", NewOCIConfig(), func() [][2]string {
+			return [][2]string{layer(t, compGzip, tarEntry{name: "app", typ: tar.TypeSymlink, link: "/srv"}), layer(t, compGzip, tarEntry{name: "app/index.json", data: "{}"})}
+		}, "app/index.json", toolerr.ArtifactRefused, "/app in layer"},
 		{"a device", NewOCIConfig(), func() [][2]string {
 			return [][2]string{layer(t, compNone, tarEntry{name: "app/index.json", typ: tar.TypeChar})}
 		}, "app/index.json", toolerr.ArtifactRefused, "a character device"},
