@@ -442,7 +442,7 @@ func (o *OCI) applyLayer(ctx context.Context, op *opened, l descriptor, comp str
 	}
 	lim := &io.LimitedReader{R: r, N: maxUnpacked + 1}
 	tr := tar.NewReader(lim)
-	var whiteouts, opaque []string
+	var whiteouts, opaque, dirs []string
 	added := map[string]packEntry{}
 	under := keep + "/"
 	for {
@@ -466,7 +466,11 @@ func (o *OCI) applyLayer(ctx context.Context, op *opened, l descriptor, comp str
 		if only && name != keep && !strings.HasPrefix(name, under) {
 			return fail(toolerr.New(toolerr.ArtifactRefused, "%s: layer %s (a directory %s) has an entry named %q, outside that directory", op.ref, l.Digest, keep, h.Name))
 		}
-		if name == "" || h.Typeflag == tar.TypeDir {
+		if name == "" {
+			continue
+		}
+		if h.Typeflag == tar.TypeDir {
+			dirs = append(dirs, name) // replaces a lower entry of that name
 			continue
 		}
 		dir, base := path.Dir(name), path.Base(name)
@@ -519,6 +523,9 @@ func (o *OCI) applyLayer(ctx context.Context, op *opened, l descriptor, comp str
 				delete(files, name)
 			}
 		}
+	}
+	for _, d := range dirs {
+		delete(files, d)
 	}
 	for name, e := range added {
 		files[name] = e

@@ -131,7 +131,8 @@ func TestPackImageTarLayers(t *testing.T) {
 			tarEntry{name: "app/dist/.wh.gone.wasm", typ: tar.TypeReg},
 			tarEntry{name: "app/old/.wh..wh..opq", typ: tar.TypeReg},
 			tarEntry{name: "app/old/y", data: "y"}),
-		layer(t, compNone, tarEntry{name: "/app/dist/b.wasm", data: "b"}))
+		layer(t, compNone, tarEntry{name: "/app/dist/b.wasm", data: "b"}, tarEntry{name: "app/link", typ: tar.TypeSymlink, link: "x"}),
+		layer(t, compNone, tarEntry{name: "app/link/", typ: tar.TypeDir}, tarEntry{name: "app/link/c", data: "c"})) // a directory replaces the link
 	p, err := openPack(t, packOCI(t, NewOCIConfig()), ref)
 	if err != nil {
 		t.Fatal(err)
@@ -139,12 +140,15 @@ func TestPackImageTarLayers(t *testing.T) {
 	if p.Layout != PackTar || p.Root != "app" {
 		t.Fatalf("layout %s root %s", p.Layout, p.Root)
 	}
-	want := []string{"app/dist/a.wasm", "app/dist/b.wasm", "app/index.json", "app/old/y"}
+	want := []string{"app/dist/a.wasm", "app/dist/b.wasm", "app/index.json", "app/link/c", "app/old/y"}
 	if got := p.Files(); strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("files %v, want %v", got, want)
 	}
 	if b, err := fs.ReadFile(p.FS(), "app/index.json"); err != nil || string(b) != "v2" {
 		t.Fatalf("index.json = %q, %v; want the top layer's", b, err)
+	}
+	if b, err := fs.ReadFile(p.FS(), "app/link/c"); err != nil || string(b) != "c" {
+		t.Fatalf("app/link/c = %q, %v: a directory entry replaces a lower link", b, err)
 	}
 	if _, err := fs.ReadFile(p.FS(), "etc/passwd"); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("a file outside /app is readable: %v", err)
