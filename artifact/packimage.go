@@ -470,7 +470,8 @@ func (o *OCI) applyLayer(ctx context.Context, op *opened, l descriptor, comp str
 			continue
 		}
 		if h.Typeflag == tar.TypeDir {
-			dirs = append(dirs, name) // replaces a lower entry of that name
+			dirs = append(dirs, name) // replaces an entry of that name
+			delete(added, name)
 			continue
 		}
 		dir, base := path.Dir(name), path.Base(name)
