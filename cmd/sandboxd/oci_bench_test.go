@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"crypto/rand"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -162,6 +163,9 @@ func BenchmarkTransferVsORAS(b *testing.B) {
 		b.ReportMetric(float64(to.Milliseconds())/float64(b.N), "oras-ms/op")
 		b.ReportMetric(ratio, "ratio")
 		b.ReportMetric(med, "median-ratio")
+		if b.N == 1 && flag.Lookup("test.benchtime").Value.String() != "1x" {
+			return // the framework's probe run, not the measured one
+		}
 		verdict := "within"
 		if med > transferGoal {
 			verdict = "OVER"
