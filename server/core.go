@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"sort"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -138,24 +137,22 @@ func (o *Outcome) Envelope() (meta events.Meta, ok bool) {
 // waits until every Ticket is closed. An adapter closes it once its answer
 // is written, so that a drain also waits for the answer to go out.
 type Ticket struct {
-	s    *Server
-	once sync.Once
+	s      *Server
+	closed atomic.Bool
 }
 
 // Admit registers a call with the drain accounting. It refuses while the
 // service drains or is not ready. The caller must Close the Ticket.
 func (s *Server) Admit() (*Ticket, Refusal) {
-	// The drain check and the registration are atomic, so a drain waits
-	// for exactly the calls it let in.
-	s.lifeMu.Lock()
+	// Register, then check: a drain that set draining before this call
+	// registered is seen here; one that set it after sees the
+	// registration and waits for it (see Server.drained).
+	s.active.Add(1)
 	if s.draining.Load() {
-		s.lifeMu.Unlock()
+		s.leave()
 		s.metrics.reject(string(RefusedDraining))
 		return nil, RefusedDraining
 	}
-	s.accepted.Add(1)
-	s.active.Add(1)
-	s.lifeMu.Unlock()
 	t := &Ticket{s: s}
 	if !s.Ready() {
 		t.Close()
@@ -170,10 +167,19 @@ func (s *Server) Draining() bool { return s.isDraining() }
 
 // Close ends the Ticket; later calls do nothing.
 func (t *Ticket) Close() {
-	t.once.Do(func() {
-		t.s.active.Add(-1)
-		t.s.accepted.Done()
-	})
+	if t.closed.CompareAndSwap(false, true) {
+		t.s.leave()
+	}
+}
+
+// leave ends a registration; the last one during a drain wakes the drain.
+func (s *Server) leave() {
+	if s.active.Add(-1) == 0 && s.draining.Load() {
+		select {
+		case s.drained <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Call admits and runs one call (Admit, Ticket.Call, Close). Adapters that

@@ -87,13 +87,21 @@ func (s *Server) Drain() int { return s.drainUntil(time.Now().Add(s.opts.DrainTi
 
 // drainUntil is Drain with an absolute deadline.
 func (s *Server) drainUntil(deadline time.Time) int {
-	s.lifeMu.Lock()
 	s.draining.Store(true)
-	s.lifeMu.Unlock()
 	s.log.Info("draining", "inflight", s.active.Load(), "timeoutMs", s.opts.DrainTimeout.Milliseconds())
 	done := make(chan struct{})
+	stop := make(chan struct{})
+	defer close(stop)
 	go func() {
-		s.accepted.Wait()
+		// Every call registered before draining was set is counted in
+		// active now (Admit registers before it checks draining).
+		for s.active.Load() > 0 {
+			select {
+			case <-s.drained:
+			case <-stop:
+				return
+			}
+		}
 		s.guests.Wait() // guests still stopping after their call was answered
 		close(done)
 	}()

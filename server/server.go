@@ -120,13 +120,14 @@ type Server struct {
 	bodies  byteBudget
 	metrics *metrics
 
-	// lifeMu makes Admit's drain check and its registration atomic with
-	// respect to a drain; draining is read without it elsewhere (it is
-	// only ever set, under lifeMu).
-	lifeMu   sync.Mutex
+	// A call registers (active +1) before it checks draining, a drain sets
+	// draining before it reads active: with sequentially consistent
+	// atomics either the drain sees the call and waits for it, or the call
+	// sees the drain and leaves: no lock all calls share. drained is
+	// signalled when active drops to 0 while draining.
 	draining atomic.Bool
-	accepted sync.WaitGroup // invokes admitted past the drain check
-	active   atomic.Int64
+	active   atomic.Int64 // open tickets (and, for an instant, refused calls)
+	drained  chan struct{}
 	// guests tracks guest runs, which can outlive their handler (a call is
 	// answered at its deadline while the interrupted guest stops): a drain
 	// waits for them too, so their lifecycle events are written before exit.
@@ -189,6 +190,7 @@ func New(ctx context.Context, exec *executor.Executor, src Source, opts Options)
 		metrics:  newMetrics(),
 
 		guestWork: make(chan func()),
+		drained:   make(chan struct{}, 1),
 	}
 	s.mux = s.routes()
 	cat, problems := loadCatalog(ctx, exec, src, opts.PerToolConcurrency)
