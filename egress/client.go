@@ -263,7 +263,12 @@ type Request struct {
 	Method string
 	URL    string
 	Header map[string]string
-	Body   []byte
+	// Literal names Header entries (spelled as there) sent as written:
+	// never scanned for secret placeholders, for values holding text the
+	// caller cannot vouch for (a declarative HTTP tool's input), so such
+	// text can never name a secret. They are validated like the others.
+	Literal map[string]bool
+	Body    []byte
 }
 
 // SecretPlaceholder returns the header placeholder for secret name.
@@ -303,7 +308,7 @@ func (s *Session) Do(ctx context.Context, r *Request) (*Response, error) {
 	if err != nil {
 		return nil, &Error{Reason: ReasonInvalid, Msg: err.Error(), Err: err}
 	}
-	hdr, secretNames, err := s.buildHeader(r.Header)
+	hdr, secretNames, err := s.buildHeader(r.Header, r.Literal)
 	if err != nil {
 		return nil, err
 	}
@@ -503,8 +508,9 @@ func auditURL(u *url.URL, o Origin) string {
 
 // buildHeader validates caller headers: token names, no CR, LF or NUL in
 // values, no hop-by-hop or framing headers. It returns the header and the
-// names whose values hold secret placeholders.
-func (s *Session) buildHeader(in map[string]string) (http.Header, map[string]bool, error) {
+// names whose values hold secret placeholders (never one in literal, nor
+// one a literal entry of the same canonical name overwrote).
+func (s *Session) buildHeader(in map[string]string, literal map[string]bool) (http.Header, map[string]bool, error) {
 	h := make(http.Header, len(in))
 	var secretNames map[string]bool
 	names := make([]string, 0, len(in))
@@ -526,7 +532,9 @@ func (s *Session) buildHeader(in map[string]string) (http.Header, map[string]boo
 			return nil, nil, newErr(ReasonInvalid, "header %q has a CR, LF or NUL in its value", k)
 		}
 		total += len(k) + len(v) + 4
-		placeholders += strings.Count(v, "{{secret:")
+		if !literal[k] {
+			placeholders += strings.Count(v, "{{secret:")
+		}
 		if placeholders > maxPlaceholders {
 			return nil, nil, newErr(ReasonInvalid, "the request has more than %d secret placeholders", maxPlaceholders)
 		}
@@ -535,7 +543,9 @@ func (s *Session) buildHeader(in map[string]string) (http.Header, map[string]boo
 		}
 		ck := http.CanonicalHeaderKey(k)
 		h.Set(ck, v)
-		if strings.Contains(v, "{{secret:") {
+		if literal[k] {
+			delete(secretNames, ck)
+		} else if strings.Contains(v, "{{secret:") {
 			if secretNames == nil {
 				secretNames = map[string]bool{}
 			}
