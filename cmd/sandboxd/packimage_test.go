@@ -424,23 +424,34 @@ func TestServePackImageEnvelope(t *testing.T) {
 	keys := filepath.Join(dir, "trusted-keys.json")
 	_ = os.WriteFile(keys, []byte(`{"keys":[{"keyId":"acme-ci","publicKey":"`+base64.StdEncoding.EncodeToString(pub)+`"}]}`), 0o644)
 	sum := sha256.Sum256([]byte(entries[0][1]))
-	e := deployenv.Envelope{Schema: deployenv.Schema, ImageRef: r.host + "/acme/signed@" + digest, ImageDigest: digest,
-		ArtifactVersion: "20261201.1", Index: json.RawMessage(`{}`), IndexHash: "sha256:" + hex.EncodeToString(sum[:]),
-		TenantID: "t1", PublishedAt: "2026-12-01T00:00:00.000Z", SignerKeyID: "acme-ci",
-		SignerPublicKey: base64.StdEncoding.EncodeToString(pub)}
-	e.Signature = base64.StdEncoding.EncodeToString(ed25519.Sign(priv, deployenv.SignedBody(e.ArtifactVersion, e.ImageDigest, e.IndexHash, e.PublishedAt, e.TenantID)))
-	b, _ := json.Marshal(e)
-	env := filepath.Join(dir, "deploy-envelope.json")
-	_ = os.WriteFile(env, b, 0o644)
-	args := func() []string {
+	sign := func(repo string) string {
+		e := deployenv.Envelope{Schema: deployenv.Schema, ImageRef: r.host + "/" + repo + "@" + digest, ImageDigest: digest,
+			ArtifactVersion: "20261201.1", Index: json.RawMessage(`{}`), IndexHash: "sha256:" + hex.EncodeToString(sum[:]),
+			TenantID: "t1", PublishedAt: "2026-12-01T00:00:00.000Z", SignerKeyID: "acme-ci",
+			SignerPublicKey: base64.StdEncoding.EncodeToString(pub)}
+		e.Signature = base64.StdEncoding.EncodeToString(ed25519.Sign(priv, deployenv.SignedBody(e.ArtifactVersion, e.ImageDigest, e.IndexHash, e.PublishedAt, e.TenantID)))
+		b, _ := json.Marshal(e)
+		f := filepath.Join(t.TempDir(), "deploy-envelope.json")
+		_ = os.WriteFile(f, b, 0o644)
+		return f
+	}
+	env := sign("acme/signed")
+	args := func(env string) []string {
 		return r.serveArgs(r.host+"/acme/signed:1", filepath.Join(t.TempDir(), "oci"), "--envelope", env, "--trusted-keys", keys)
 	}
-	p := startServe(t, args()...)
+	p := startServe(t, args(env)...)
 	p.waitEvent("listening", nil)
 
-	r.tarPack("acme/signed:1", kindgiEntries(t, "20261201.2")) // re-tagged
+	// An envelope for the same digest in another repository.
 	t.Setenv(tokenEnv, "tok")
-	code, _, stderr := runCLI(t, "", append([]string{"serve"}, append(args(), "--addr", "127.0.0.1:0")...)...)
+	code, _, stderr := runCLI(t, "", append([]string{"serve"}, append(args(sign("acme/elsewhere")), "--addr", "127.0.0.1:0")...)...)
+	if evs := processEvents(t, stderr, "boot-failed"); code != exitError || len(evs) != 1 || !strings.Contains(fmt.Sprint(evs[0]["problems"]), "is not the repository served") {
+		t.Fatalf("another repository: exit %d\n%s", code, stderr)
+	}
+
+	r.tarPack("acme/signed:1", kindgiEntries(t, "20261201.2")) // re-tagged
+	t.Setenv(tokenEnv, "tok") // serve takes it out of the environment
+	code, _, stderr = runCLI(t, "", append([]string{"serve"}, append(args(env), "--addr", "127.0.0.1:0")...)...)
 	evs := processEvents(t, stderr, "boot-failed")
 	if code != exitError || len(evs) != 1 || !strings.Contains(fmt.Sprint(evs[0]["problems"]), "code:image-unverifiable") {
 		t.Fatalf("re-tagged image: exit %d\n%s", code, stderr)
