@@ -109,8 +109,8 @@ func load(t *testing.T) (*kustomization, objects) {
 			t.Fatalf("%s: unexpected %s %s", r, meta.APIVersion, meta.Kind)
 		}
 	}
-	if o.deploy == nil || o.svc == nil || o.hpa == nil || o.pdb == nil || o.netpol == nil || len(o.cms) == 0 {
-		t.Fatalf("the base lacks a Deployment, Service, HPA, PDB, NetworkPolicy or ConfigMap: %+v", o)
+	if o.deploy == nil || o.svc == nil || o.hpa == nil || o.pdb == nil || o.netpol == nil {
+		t.Fatalf("the base lacks a Deployment, Service, HPA, PDB or NetworkPolicy: %+v", o)
 	}
 	return &k, o
 }
@@ -231,12 +231,12 @@ func TestManifestsAgree(t *testing.T) {
 			}
 		}
 	}
-	// The pack directory is the ConfigMap.
+	// A --tools directory must be a mounted ConfigMap of the base.
 	for _, a := range c.Args {
 		if dir, ok := strings.CutPrefix(a, "--tools="); ok {
 			v := vols[nameOfMount(c, dir)]
-			if v.ConfigMap == nil || v.ConfigMap.Name != o.cms[0].Name {
-				t.Errorf("--tools=%s is not the ConfigMap %s", dir, o.cms[0].Name)
+			if v.ConfigMap == nil || !slices.ContainsFunc(o.cms, func(cm *corev1.ConfigMap) bool { return cm.Name == v.ConfigMap.Name }) {
+				t.Errorf("--tools=%s is not a ConfigMap of the base", dir)
 			}
 		}
 	}
@@ -254,10 +254,30 @@ func nameOfMount(c corev1.Container, path string) string {
 	return ""
 }
 
-// The pack's tool manifests are JSON with digest-pinned OCI refs: a replica
-// needs nothing but the registry.
-func TestPackConfigMap(t *testing.T) {
+// The pack comes from the registry: exactly one --index, an oci:// ref
+// pinned by digest (a tag would let replicas of one Deployment serve
+// different packs), and no --tools. A ConfigMap pack, if an overlay adds one,
+// must hold tool manifests with digest-pinned OCI refs.
+func TestPackFromRegistry(t *testing.T) {
 	_, o := load(t)
+	args := o.deploy.Spec.Template.Spec.Containers[0].Args
+	var index []string
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--index="); ok {
+			index = append(index, v)
+		}
+		if strings.HasPrefix(a, "--tools") || strings.HasPrefix(a, "--index ") || a == "--index" {
+			t.Errorf("argument %q: the base takes its pack from --index=oci://…", a)
+		}
+	}
+	if len(index) != 1 {
+		t.Fatalf("--index= given %d times in %v, want once", len(index), args)
+	}
+	ref, ok := strings.CutPrefix(index[0], "oci://")
+	_, digest, pinned := strings.Cut(ref, "@sha256:")
+	if !ok || !pinned || len(digest) != 64 || strings.Trim(digest, "0123456789abcdef") != "" {
+		t.Errorf("--index=%s is not an oci:// ref pinned by a sha256 digest", index[0])
+	}
 	for _, cm := range o.cms {
 		for name, v := range cm.Data {
 			var m struct {
