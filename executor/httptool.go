@@ -42,7 +42,7 @@ type httpSpec struct {
 	// (not in its properties, additionalProperties false): a template
 	// naming one is a broken tool, not a bad input.
 	unfillable map[string]bool
-	headers    [][2]string
+	headers    []headerTemplate
 	authHeader string // header carrying the secret, "" for none
 	authPrefix string // "Bearer " for bearer auth
 	authSecret string // secretRef.name
@@ -104,13 +104,19 @@ func compileHTTPSpec(m *manifest.Manifest, pol *egress.Policy) (*httpSpec, error
 		return nil, toolerr.New(toolerr.InvalidToolDefinition, "spec.urlTemplate: %v", err)
 	}
 	s.tmpl = tmpl
-	s.unfillable = unfillableKeys(m.Input, tmpl.params)
+	params := tmpl.params
 	for i, h := range sj.Headers {
 		if !isHeaderToken(h.Name) || strings.ContainsAny(h.Value, "\r\n\x00") {
 			return nil, specErr("headers[%d]: invalid header %q", i, h.Name)
 		}
-		s.headers = append(s.headers, [2]string{h.Name, h.Value})
+		ht, err := parseHeaderTemplate(i, h.Name, h.Value)
+		if err != nil {
+			return nil, specErr("headers[%d] (%s): %v", i, h.Name, err)
+		}
+		s.headers = append(s.headers, ht)
+		params = append(params, ht.params...)
 	}
+	s.unfillable = unfillableKeys(m.Input, params)
 	if a := sj.Authorization; a != nil {
 		s.authSecret = a.SecretRef.Name
 		switch a.Kind {
@@ -189,9 +195,10 @@ func unfillableKeys(schema json.RawMessage, params []string) map[string]bool {
 // fillError is a placeholder the input cannot fill: missing, null, or not
 // a string, number or boolean.
 type fillError struct {
-	param   string
-	missing bool
-	msg     string
+	param      string
+	missing    bool
+	msg        string
+	schemaPath string // where the placeholder is; "" for #/spec/urlTemplate
 }
 
 func (e *fillError) Error() string { return e.msg }
@@ -264,20 +271,12 @@ func parseURLTemplate(t string) (urlTemplate, egress.Origin, error) {
 // normalises the path is refused with a *segmentError (F10).
 func (ut urlTemplate) expand(input map[string]any) (string, error) {
 	var b strings.Builder
-	type span struct {
-		param      string
-		start, end int
-	}
-	var spans []span
+	var spans []filledSpan
 	for i, p := range ut.params {
 		b.WriteString(ut.parts[i])
-		v, ok := input[p]
-		if !ok {
-			return "", &fillError{param: p, missing: true, msg: fmt.Sprintf("urlTemplate references {%s} but the input has no such key", p)}
-		}
-		s, err := scalarString(v)
+		s, err := placeholderText(input, p, "urlTemplate", "", scalarString)
 		if err != nil {
-			return "", &fillError{param: p, msg: fmt.Sprintf("urlTemplate key {%s} must be a primitive (a string, number or boolean); got %s", p, jsonTypeName(v))}
+			return "", err
 		}
 		if ut.query[i] {
 			// A space is %20, as Kindgi's encodeURIComponent writes it,
@@ -291,7 +290,7 @@ func (ut urlTemplate) expand(input map[string]any) (string, error) {
 		}
 		start := b.Len()
 		b.WriteString(url.PathEscape(s))
-		spans = append(spans, span{p, start, b.Len()})
+		spans = append(spans, filledSpan{p, start, b.Len()})
 	}
 	b.WriteString(ut.parts[len(ut.parts)-1])
 	out := b.String()
@@ -309,6 +308,12 @@ func (ut urlTemplate) expand(input map[string]any) (string, error) {
 		}
 	}
 	return out, nil
+}
+
+// filledSpan is where a placeholder's value landed in a filled template.
+type filledSpan struct {
+	param      string
+	start, end int
 }
 
 // segmentError is a path placeholder value that would change the path's
@@ -375,6 +380,22 @@ func segmentProblem(seg string) string {
 		}
 	}
 	return ""
+}
+
+// placeholderText is input[p] as format writes it, or a *fillError for a
+// missing key or a value that is not a string, number or boolean; where
+// names the template in the message, schemaPath its place ("" for
+// #/spec/urlTemplate).
+func placeholderText(input map[string]any, p, where, schemaPath string, format func(any) (string, error)) (string, error) {
+	v, ok := input[p]
+	if !ok {
+		return "", &fillError{param: p, missing: true, schemaPath: schemaPath, msg: fmt.Sprintf("%s references {%s} but the input has no such key", where, p)}
+	}
+	s, err := format(v)
+	if err != nil {
+		return "", &fillError{param: p, schemaPath: schemaPath, msg: fmt.Sprintf("%s key {%s} must be a primitive (a string, number or boolean); got %s", where, p, jsonTypeName(v))}
+	}
+	return s, nil
 }
 
 func scalarString(v any) (string, error) {
@@ -486,7 +507,7 @@ func (s *httpSpec) requestBody(raw []byte, in map[string]any) (body []byte, cont
 // must never carry two Content-Types).
 func (s *httpSpec) setsHeader(name string) bool {
 	for _, h := range s.headers {
-		if strings.EqualFold(h[0], name) {
+		if strings.EqualFold(h.name, name) {
 			return true
 		}
 	}
@@ -567,8 +588,23 @@ func (t *httpHandler) run(ctx context.Context, inv *invocation, _ map[string]str
 		return out
 	}
 	hdr := map[string]string{}
+	var literal map[string]bool
 	for _, h := range s.headers {
-		hdr[h[0]] = h[1]
+		v, err := h.fill(in)
+		if err != nil {
+			out.err = s.expandError(err)
+			return out
+		}
+		hdr[h.name] = v
+		if len(h.params) > 0 && !h.marker {
+			// The value holds input text and the template no secret
+			// placeholder: egress sends it as written, so no input can
+			// name a secret (a mixed one was checked by fill).
+			if literal == nil {
+				literal = map[string]bool{}
+			}
+			literal[h.name] = true
+		}
 	}
 	if s.authHeader != "" {
 		if _, ok := inv.secretValue(s.authSecret); !ok { // egress.go: the secretRef is one of t.secretNames
@@ -577,6 +613,14 @@ func (t *httpHandler) run(ctx context.Context, inv *invocation, _ map[string]str
 				Issues: []toolerr.Issue{{InstancePath: "/ctx/secrets", SchemaPath: "#/spec/authorization/secretRef", Keyword: "required",
 					Params: map[string]any{"missingProperty": s.authSecret}, Message: "must have required property '" + s.authSecret + "'"}}}
 			return out
+		}
+		// The credential replaces any spec header of that name, in any
+		// spelling (Kindgi's assignment replaces the exact one).
+		for k := range hdr {
+			if strings.EqualFold(k, s.authHeader) {
+				delete(hdr, k)
+				delete(literal, k)
+			}
 		}
 		hdr[s.authHeader] = s.authPrefix + egress.SecretPlaceholder(s.authSecret)
 	}
@@ -599,7 +643,7 @@ func (t *httpHandler) run(ctx context.Context, inv *invocation, _ map[string]str
 	inv.mu.Lock()
 	inv.egress = &egressState{session: sess}
 	inv.mu.Unlock()
-	resp, err := sess.Do(ctx, &egress.Request{Method: s.method, URL: u, Header: hdr, Body: body})
+	resp, err := sess.Do(ctx, &egress.Request{Method: s.method, URL: u, Header: hdr, Literal: literal, Body: body})
 	if err != nil {
 		out.err = t.httpToolError(ctx, acct, err)
 		return out
@@ -668,6 +712,13 @@ func (t *httpHandler) run(ctx context.Context, inv *invocation, _ map[string]str
 // definition is broken and no caller can fix it: handler-error, as Kindgi
 // answers for every unfillable placeholder.
 func (s *httpSpec) expandError(err error) error {
+	var he *headerValueError
+	if errors.As(err, &he) {
+		te := toolerr.New(toolerr.InputValidationFailed, "%v", err)
+		te.Issues = []toolerr.Issue{{InstancePath: "/" + escapePointer(he.param), SchemaPath: he.schemaPath, Keyword: "headerValue",
+			Params: map[string]any{"placeholder": he.param, "header": he.header}, Message: "must be valid in a header value: it " + he.reason}}
+		return te
+	}
 	var se *segmentError
 	if errors.As(err, &se) {
 		te := toolerr.New(toolerr.InputValidationFailed, "%v", err)
@@ -683,11 +734,15 @@ func (s *httpSpec) expandError(err error) error {
 		return toolerr.New(toolerr.HandlerError, "%s, and the tool's input schema does not admit that key", fe.msg)
 	}
 	te := toolerr.New(toolerr.InputValidationFailed, "%s", fe.msg)
+	sp := fe.schemaPath
+	if sp == "" {
+		sp = "#/spec/urlTemplate"
+	}
 	if fe.missing {
-		te.Issues = []toolerr.Issue{{InstancePath: "", SchemaPath: "#/spec/urlTemplate", Keyword: "required",
+		te.Issues = []toolerr.Issue{{InstancePath: "", SchemaPath: sp, Keyword: "required",
 			Params: map[string]any{"missingProperty": fe.param}, Message: "must have required property '" + fe.param + "'"}}
 	} else {
-		te.Issues = []toolerr.Issue{{InstancePath: "/" + escapePointer(fe.param), SchemaPath: "#/spec/urlTemplate", Keyword: "type",
+		te.Issues = []toolerr.Issue{{InstancePath: "/" + escapePointer(fe.param), SchemaPath: sp, Keyword: "type",
 			Params: map[string]any{"type": "string,number,boolean"}, Message: "must be a primitive (string, number or boolean)"}}
 	}
 	return te
