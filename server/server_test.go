@@ -509,9 +509,13 @@ func TestHammer(t *testing.T) {
 // accepted call finishes; then Serve returns.
 func TestDrainInProcess(t *testing.T) {
 	ts := start(t, server.StaticSource{Tools: standardTools(t)}, server.Options{})
+	holdMs := "1500" // the held guest spins until then
+	if testing.Short() && !raceEnabled {
+		holdMs = "1000"
+	}
 	held := make(chan *response, 1)
 	go func() {
-		r, _ := do(t, context.Background(), "POST", ts.url+"/v1/invoke", strings.NewReader(invokeBody("t.loop", `{}`)), authJSON("kindgi-timeout-ms", "1500"))
+		r, _ := do(t, context.Background(), "POST", ts.url+"/v1/invoke", strings.NewReader(invokeBody("t.loop", `{}`)), authJSON("kindgi-timeout-ms", holdMs))
 		held <- r
 	}()
 	eventually(t, "the held call", func() bool { return ts.metric(t, "sandboxd_inflight_calls") == "1" })
