@@ -596,15 +596,17 @@ func (t *httpHandler) run(ctx context.Context, inv *invocation, _ map[string]str
 			return out
 		}
 		hdr[h.name] = v
-		if len(h.params) > 0 && !h.marker {
-			// The value holds input text and the template no secret
-			// placeholder: egress sends it as written, so no input can
-			// name a secret (a mixed one was checked by fill).
-			if literal == nil {
-				literal = map[string]bool{}
-			}
-			literal[h.name] = true
+		if len(h.params) == 0 || h.marker {
+			delete(literal, h.name) // a later header of that name replaced an earlier one
+			continue
 		}
+		// The value holds input text and the template no secret
+		// placeholder: egress sends it as written, so no input can name a
+		// secret (a mixed one was checked by fill).
+		if literal == nil {
+			literal = map[string]bool{}
+		}
+		literal[h.name] = true
 	}
 	if s.authHeader != "" {
 		if _, ok := inv.secretValue(s.authSecret); !ok { // egress.go: the secretRef is one of t.secretNames

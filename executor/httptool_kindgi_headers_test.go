@@ -169,6 +169,13 @@ func TestHTTPToolKindgiHeaderTemplates(t *testing.T) {
 			in: `{"id":"1","a":"ret:tok}}"}`, check: refused("headerValue", "a", "#/spec/headers/0/value", "secret placeholder")},
 		{name: "an empty value joining the template's text into a secret placeholder is refused", auth: true, headers: h("X-Mixed", "{{secret:tok}} {{sec{a}ret:tok}}"),
 			in: `{"id":"1","a":""}`, check: refused("headerValue", "a", "#/spec/headers/0/value", "secret placeholder")},
+		// The last of two headers of one name is sent (Kindgi's object
+		// assignment), substituted as its own template says.
+		{name: "a later header of the same name replaces a templated one", auth: true, headers: h("X-D", "{v}", "X-D", "key {{secret:tok}}"), in: `{"id":"1","v":"x"}`,
+			check: func(t *testing.T, r *received, err error) {
+				wantOK(t, err)
+				wantHeaders(t, r.header, "X-D", "key "+secret)
+			}},
 		{name: "a placeholder inside a secret placeholder is refused at load", auth: true, headers: h("X-Key", "{{secret:{name}}}"), loadErr: "secret placeholder must be whole"},
 		{name: "header names are never templated", headers: h("X-{a}", "v"), loadErr: "invalid header"},
 		{name: "a templated Content-Type is the only one", method: "POST", headers: h("Content-Type", "application/{fmt}"), in: `{"id":"1","fmt":"vnd.api+json"}`,
@@ -220,7 +227,7 @@ func TestHTTPToolKindgiHeaderTemplates(t *testing.T) {
 			}
 			if r != nil {
 				for name, vs := range r.header {
-					if name != "Authorization" && strings.Contains(strings.Join(vs, ","), secret) && !strings.HasPrefix(c.name, "a template's secret placeholder") {
+					if name != "Authorization" && strings.Contains(strings.Join(vs, ","), secret) && !strings.HasPrefix(c.name, "a template's secret placeholder") && !strings.HasPrefix(c.name, "a later header") {
 						t.Errorf("the secret reached the upstream in %s: %q", name, vs)
 					}
 				}
