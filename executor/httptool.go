@@ -461,6 +461,52 @@ func isHeaderToken(s string) bool {
 	return true
 }
 
+// requestHeaders fills the spec's headers from the input object: the
+// header map, the names egress must send as written (their value holds
+// input and their template no secret placeholder, so no input can name a
+// secret; a mixed one was checked by fill), and whether any holds input.
+// Of two headers of one name the later decides, as in the map.
+func (s *httpSpec) requestHeaders(in map[string]any) (hdr map[string]string, literal map[string]bool, holdsInput bool, err error) {
+	hdr = make(map[string]string, len(s.headers)+2)
+	for _, h := range s.headers {
+		v, err := h.fill(in)
+		if err != nil {
+			return nil, nil, false, err
+		}
+		hdr[h.name] = v
+		holdsInput = holdsInput || len(h.params) > 0
+		if len(h.params) == 0 || h.marker {
+			delete(literal, h.name)
+			continue
+		}
+		if literal == nil {
+			literal = map[string]bool{}
+		}
+		literal[h.name] = true
+	}
+	return hdr, literal, holdsInput, nil
+}
+
+// headerBytesError is input-validation-failed when headers filled from the
+// input are over egress's request header cap (limit, 0 for its default),
+// counted as egress counts them; nothing is sent then.
+func headerBytesError(hdr map[string]string, limit int) error {
+	if limit <= 0 {
+		limit = egress.DefaultLimits.MaxRequestHeaderBytes
+	}
+	n := 0
+	for k, v := range hdr {
+		n += len(k) + len(v) + 4
+	}
+	if n <= limit {
+		return nil
+	}
+	te := toolerr.New(toolerr.InputValidationFailed, "the request headers, filled from the input, are %d bytes, over the %d-byte cap", n, limit)
+	te.Issues = []toolerr.Issue{{InstancePath: "", SchemaPath: "#/spec/headers", Keyword: "headerBytes",
+		Params: map[string]any{"limit": limit}, Message: "must fit the request's header byte cap once filled"}}
+	return te
+}
+
 // requestBody is what a declarative HTTP tool sends, by Kindgi's rules
 // (packages/tools/src/http.ts buildBody): a GET without requestBody sends
 // nothing; any other method without requestBody, and "json-input", send
@@ -587,26 +633,10 @@ func (t *httpHandler) run(ctx context.Context, inv *invocation, _ map[string]str
 		out.err = s.expandError(err)
 		return out
 	}
-	hdr := map[string]string{}
-	var literal map[string]bool
-	for _, h := range s.headers {
-		v, err := h.fill(in)
-		if err != nil {
-			out.err = s.expandError(err)
-			return out
-		}
-		hdr[h.name] = v
-		if len(h.params) == 0 || h.marker {
-			delete(literal, h.name) // a later header of that name replaced an earlier one
-			continue
-		}
-		// The value holds input text and the template no secret
-		// placeholder: egress sends it as written, so no input can name a
-		// secret (a mixed one was checked by fill).
-		if literal == nil {
-			literal = map[string]bool{}
-		}
-		literal[h.name] = true
+	hdr, literal, holdsInput, err := s.requestHeaders(in)
+	if err != nil {
+		out.err = s.expandError(err)
+		return out
 	}
 	if s.authHeader != "" {
 		if _, ok := inv.secretValue(s.authSecret); !ok { // egress.go: the secretRef is one of t.secretNames
@@ -640,6 +670,11 @@ func (t *httpHandler) run(ctx context.Context, inv *invocation, _ map[string]str
 	}
 	opts := t.egressOptions(inv) // egress.go: the options every kind's egress uses
 	opts.Limits.RequestTimeout = s.timeout
+	if holdsInput {
+		if out.err = headerBytesError(hdr, opts.Limits.MaxRequestHeaderBytes); out.err != nil {
+			return out
+		}
+	}
 	sess := egress.NewSession(t.policy, opts)
 	defer sess.Close()
 	inv.mu.Lock()

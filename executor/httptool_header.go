@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 )
 
 // headerTemplate is a spec header value split at its {param} placeholders.
@@ -140,7 +139,7 @@ func headerScalar(v any) (string, error) {
 }
 
 // headerValueBytes returns s as header value bytes, or why it cannot be
-// one. Like the ByteString fetch sends, each character is one byte: U+0080
+// one. Like the ByteString fetch sends, each character is one byte: U+00A0
 // to U+00FF go out as their ISO-8859-1 byte; a character above U+00FF
 // (where fetch throws) is refused. Refused too: every control character
 // but HTAB — CR, LF, NUL, DEL, U+0080 to U+009F — which fetch would refuse
@@ -152,8 +151,6 @@ func headerValueBytes(s string) (string, string) {
 		case r == '\t':
 		case r < 0x20 || r == 0x7f || r >= 0x80 && r <= 0x9f:
 			return "", fmt.Sprintf("contains a control character (%U); only HTAB is allowed in a header value", r)
-		case r == utf8.RuneError:
-			return "", "is not valid UTF-8"
 		case r > 0xff:
 			return "", fmt.Sprintf("contains %U, above U+00FF: a header value carries bytes, one per character", r)
 		case r >= 0x80:

@@ -22,7 +22,7 @@ import (
 // (input-validation-failed with an Ajv-shaped issue, handler-error when the
 // schema can never carry the key), where Kindgi sends "{key}", "" or
 // String(value); a value that is not valid in a header value (CR, LF, NUL,
-// any control character but HTAB, a character above U+00FF) is
+// any control character but HTAB, a character above U+00FF, headers over the cap) is
 // input-validation-failed and never sent; input text can never name a
 // secret: a header holding input goes out as written (egress.Request
 // Literal), and in a header whose template holds its own secret
@@ -120,7 +120,7 @@ func TestHTTPToolKindgiHeaderTemplates(t *testing.T) {
 				wantHeaders(t, r.header, "X-P", "one|{a-b}|{a.b}|{}|{X}|{ x }|U")
 			}},
 		// fetch sends a header value as a ByteString: one byte a character.
-		{name: "U+0080 to U+00FF go out as their ISO-8859-1 byte; HTAB is kept", headers: h("X-Who", "{who}"), in: `{"id":"1","who":"Jos\u00e9\tM\u00fcller \u00ff"}`,
+		{name: "U+00A0 to U+00FF go out as their ISO-8859-1 byte; HTAB is kept", headers: h("X-Who", "{who}"), in: `{"id":"1","who":"Jos\u00e9\tM\u00fcller \u00ff"}`,
 			check: func(t *testing.T, r *received, err error) {
 				wantOK(t, err)
 				wantHeaders(t, r.header, "X-Who", "Jos\xe9\tM\xfcller \xff")
@@ -133,6 +133,12 @@ func TestHTTPToolKindgiHeaderTemplates(t *testing.T) {
 		{name: "DEL is refused", headers: h("X-A", "x", "X-Note", "{note}"), in: `{"id":"1","note":"a\u007f"}`, check: refused("headerValue", "note", "#/spec/headers/1/value", "U+007F")},
 		{name: "a C1 control (NEL) is refused", headers: h("X-Note", "{note}"), in: `{"id":"1","note":"a\u0085b"}`, check: refused("headerValue", "note", "#/spec/headers/0/value", "U+0085")},
 		{name: "a character above U+00FF is refused", headers: h("X-Note", "{note}"), in: `{"id":"1","note":"5 \u20ac"}`, check: refused("headerValue", "note", "#/spec/headers/0/value", "U+20AC")},
+		{name: "input making the headers too big is input-validation-failed, never sent", headers: h("X-Big", "{big}"), in: `{"id":"1","big":"` + strings.Repeat("a", 70<<10) + `"}`,
+			check: func(t *testing.T, r *received, err error) {
+				if te := wantCode(t, err, toolerr.InputValidationFailed); len(te.Issues) != 1 || te.Issues[0].Keyword != "headerBytes" || r != nil {
+					t.Fatalf("message %q, issues %+v, request %v", te.Message, te.Issues, r != nil)
+				}
+			}},
 		// ours: Kindgi keeps a missing key as the literal {key}.
 		{name: "a key the schema admits but the input lacks is input-validation-failed", headers: h("X-Trace", "{trace}"), in: `{"id":"1"}`,
 			check: refused("required", "trace", "#/spec/headers/0/value", "{trace}")},
