@@ -107,12 +107,13 @@ func TestHTTPToolKindgiHeaderTemplates(t *testing.T) {
 			}},
 		{name: "numbers are JavaScript's String(n), booleans true and false", headers: h(
 			"X-N1", "{n1}", "X-N2", "{n2}", "X-N3", "{n3}", "X-N4", "{n4}", "X-N5", "{n5}", "X-N6", "{n6}", "X-N7", "{n7}", "X-N8", "{n8}", "X-N9", "{n9}", "X-N10", "{n10}",
-			"X-B", "{t},{f}"),
-			in: `{"id":"1","n1":1.50,"n2":1e21,"n3":100,"n4":1E2,"n5":0.0000001,"n6":-0,"n7":12345678901234567890,"n8":0.000001,"n9":-2.5e-8,"n10":123456789012345680000,"t":true,"f":false}`,
+			"X-N11", "{n11}", "X-N12", "{n12}", "X-N13", "{n13}", "X-B", "{t},{f}"),
+			in: `{"id":"1","n1":1.50,"n2":1e21,"n3":100,"n4":1E2,"n5":0.0000001,"n6":-0,"n7":12345678901234567890,"n8":0.000001,"n9":-2.5e-8,"n10":123456789012345680000,"n11":1e400,"n12":5e-324,"n13":-1.7976931348623157e308,"t":true,"f":false}`,
 			check: func(t *testing.T, r *received, err error) {
 				wantOK(t, err)
 				wantHeaders(t, r.header, "X-N1", "1.5", "X-N2", "1e+21", "X-N3", "100", "X-N4", "100", "X-N5", "1e-7", "X-N6", "0",
-					"X-N7", "12345678901234567000", "X-N8", "0.000001", "X-N9", "-2.5e-8", "X-N10", "123456789012345680000", "X-B", "true,false")
+					"X-N7", "12345678901234567000", "X-N8", "0.000001", "X-N9", "-2.5e-8", "X-N10", "123456789012345680000",
+					"X-N11", "Infinity", "X-N12", "5e-324", "X-N13", "-1.7976931348623157e+308", "X-B", "true,false")
 			}},
 		{name: "only \\{(\\w+)\\} is a placeholder", headers: h("X-P", "{1}|{a-b}|{a.b}|{}|{{x}}|{ x }|{_u}"), in: `{"id":"1","1":"one","x":"X","_u":"U","a-b":"no","a.b":"no"}`,
 			check: func(t *testing.T, r *received, err error) {
