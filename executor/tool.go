@@ -45,6 +45,7 @@ type Tool struct {
 
 	h      handler
 	closed atomic.Bool
+	calls  callGate // callgate.go: Close waits for running calls
 }
 
 // ID returns the tool id.
@@ -66,12 +67,24 @@ func (t *Tool) Posture() manifest.Posture { return t.posture }
 func (t *Tool) Limits() (memMB, cpuMs int64) { return t.limits.memMB, t.limits.cpuMs }
 
 // Close releases the tool's runtime and warm instances. Calls in flight are
-// stopped.
+// stopped (their context is canceled) and Close waits for them to end
+// before it frees what their guests run on. If ctx ends first, Close
+// returns ctx's error and the last call to end releases the runtime.
 func (t *Tool) Close(ctx context.Context) error {
 	if !t.closed.CompareAndSwap(false, true) {
 		return nil
 	}
 	t.exec.unregister(t)
+	idle := t.calls.shut()
+	select {
+	case <-idle:
+	case <-ctx.Done():
+		go func() {
+			<-idle
+			_ = t.h.close(context.Background())
+		}()
+		return ctx.Err()
+	}
 	return t.h.close(ctx)
 }
 
@@ -163,9 +176,14 @@ func (t *Tool) Invoke(ctx context.Context, req Request) (*Result, error) {
 }
 
 func (t *Tool) invoke(ctx context.Context, req *Request) (*Result, error) {
-	if t.closed.Load() {
+	ctx, leave, ok := t.calls.enter(ctx)
+	if !ok || t.closed.Load() {
+		if ok {
+			leave()
+		}
 		return nil, toolerr.New(toolerr.Internal, "tool %s is closed", t.ID())
 	}
+	defer leave()
 	if _, ok := ctx.Deadline(); !ok && t.exec.cfg.defaultTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, t.exec.cfg.defaultTimeout)
