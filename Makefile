@@ -36,9 +36,12 @@ test-deploy:
 # compiles, binary builds, fuzz corpora and liveness runs. The slowest
 # packages are named first so that go test starts them first: in ./... order
 # server came last and ran alone on one of the two cores for its last seconds.
+# -p 3 runs three test binaries at once (go test's default is one per CPU):
+# they spend much of their time waiting on registries, retries and drains.
 SHORT_FIRST := ./server/ ./executor/ ./internal/fuel/ ./mcp/ ./artifact/
+SHORT_P ?= 3
 test-short:
-	$(GO) run ./mk/testsummary -short -count=1 -timeout 10m $(SHORT_FIRST) ./...
+	$(GO) run ./mk/testsummary -short -count=1 -p $(SHORT_P) -timeout 10m $(SHORT_FIRST) ./...
 
 # go vet and staticcheck (required: .ci/deps.d/10-lint.sh pins it) on the
 # main module and bench/; staticcheck on deploy/kubernetes/validate too.
