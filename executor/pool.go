@@ -22,12 +22,18 @@ import (
 // surplus. Every tool's pooled instances together stay within the executor's
 // pool memory budget; a refill that would pass it waits for the next take.
 type pool struct {
-	ready    chan *instance // capacity = the size cap
-	retired  chan *instance // used instances for the refill goroutine to close
-	need     chan struct{}
-	stop     chan struct{}
-	done     chan struct{}
-	closed   sync.Once
+	ready   chan *instance // capacity = the size cap
+	retired chan *instance // used instances for the refill goroutine to close
+	need    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+	closed  sync.Once
+	// halt is cancelled with stop: it bounds the refill's instantiations,
+	// so a pooled instance's _initialize still running when the tool
+	// closes is stopped rather than left to run while the runtime (and its
+	// linear memory) is closed under it (callgate.go).
+	halt     context.Context
+	haltStop context.CancelFunc
 	target   atomic.Int32 // instances to keep ready now, 1..cap(ready)
 	out      atomic.Int32 // recyclable instances serving a call: they come back through retired
 	recycled atomic.Int64 // calls served by a recycled instance
@@ -86,6 +92,7 @@ func (t *reactorHandler) startPool() {
 		return
 	}
 	p := &pool{ready: make(chan *instance, size), retired: make(chan *instance, retireQueue), need: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	p.halt, p.haltStop = context.WithCancel(context.Background())
 	p.target.Store(int32(min(initialPoolTarget, size)))
 	p.lastTake.Store(time.Now().UnixNano())
 	t.pool = p
@@ -119,7 +126,7 @@ func (t *reactorHandler) refill(p *pool) {
 			if t.exec.pooledBytes.Load() >= budget {
 				break // over the shared budget: wait for a take
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), t.exec.cfg.defaultTimeout)
+			ctx, cancel := context.WithTimeout(p.halt, t.exec.cfg.defaultTimeout)
 			in, err := t.newInstance(ctx, nil, newLineForwarder(t.exec.cfg.guestStdout, t.ID(), "stdout"), newLineForwarder(t.exec.cfg.guestStderr, t.ID(), "stderr"))
 			cancel()
 			if err != nil {
@@ -362,15 +369,20 @@ func (t *reactorHandler) putWarm(in *instance, key needsKey) bool {
 	return kept
 }
 
-func (t *reactorHandler) stopPool(ctx context.Context) {
+// stopPool stops the refill goroutine and closes the pooled instances. It
+// reports false when the refill did not end within 30 s (an instantiation
+// that ignored its cancelled context): the runtime must then stay open, a
+// leak rather than a guest running on unmapped memory.
+func (t *reactorHandler) stopPool(ctx context.Context) bool {
 	p := t.pool
 	if p == nil {
-		return
+		return true
 	}
-	p.closed.Do(func() { close(p.stop) })
+	p.closed.Do(func() { close(p.stop); p.haltStop() })
 	select {
 	case <-p.done:
 	case <-time.After(30 * time.Second):
+		return false
 	}
 	for {
 		select {
@@ -380,7 +392,7 @@ func (t *reactorHandler) stopPool(ctx context.Context) {
 		case in := <-p.retired:
 			_ = in.mod.Close(ctx)
 		default:
-			return
+			return true
 		}
 	}
 }

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -48,7 +49,9 @@ func newReactorHandler(t *Tool, code *wasmCode) *reactorHandler {
 func (t *reactorHandler) style() Style { return t.shape.style }
 
 func (t *reactorHandler) close(ctx context.Context) error {
-	t.stopPool(ctx)
+	if !t.stopPool(ctx) {
+		return errors.New("executor: a pooled instance of " + t.ID() + " was still initialising 30 s after the tool closed; its runtime is left open")
+	}
 	for _, in := range t.idle.drain() {
 		_ = in.mod.Close(ctx)
 	}

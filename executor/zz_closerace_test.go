@@ -63,3 +63,34 @@ func TestCloseWhileGuestRuns(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseWhilePoolInitialises closes a tool while its pool's refill
+// goroutine is still running a pooled instance's _initialize (a guest whose
+// _initialize never returns, cpuMs 10 s). The refill's instantiation must be
+// cancelled with the pool, so Close returns at once; it used to wait for the
+// init to run out its budget (or 30 s), and closing the runtime before the
+// refill ended would unmap the memory the init still runs on.
+func TestCloseWhilePoolInitialises(t *testing.T) {
+	for _, closer := range []string{"tool.Close", "executor.Close"} {
+		t.Run(closer, func(t *testing.T) {
+			e := newExecutor(t)
+			tool := load(t, e, "init_loop", withLimits(16, 10000))
+			time.Sleep(100 * time.Millisecond) // the refill is inside _initialize now
+			start := time.Now()
+			var err error
+			if closer == "tool.Close" {
+				err = tool.Close(context.Background())
+			} else {
+				err = e.Close(context.Background())
+			}
+			took := time.Since(start)
+			t.Logf("%s took %v: %v", closer, took, err)
+			if err != nil {
+				t.Errorf("close: %v", err)
+			}
+			if took > 5*time.Second {
+				t.Errorf("%s took %v: the pool's _initialize was not cancelled (cpuMs is 10 s)", closer, took)
+			}
+		})
+	}
+}
