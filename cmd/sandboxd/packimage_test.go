@@ -450,7 +450,7 @@ func TestServePackImageEnvelope(t *testing.T) {
 	}
 
 	r.tarPack("acme/signed:1", kindgiEntries(t, "20261201.2")) // re-tagged
-	t.Setenv(tokenEnv, "tok") // serve takes it out of the environment
+	t.Setenv(tokenEnv, "tok")                                  // serve takes it out of the environment
 	code, _, stderr = runCLI(t, "", append([]string{"serve"}, append(args(env), "--addr", "127.0.0.1:0")...)...)
 	evs := processEvents(t, stderr, "boot-failed")
 	if code != exitError || len(evs) != 1 || !strings.Contains(fmt.Sprint(evs[0]["problems"]), "code:image-unverifiable") {
