@@ -102,6 +102,12 @@ func (s *Server) drainUntil(deadline time.Time) int {
 				return
 			}
 		}
+		// Pass the wake on: two drains at once (serve's SIGTERM and an
+		// MCP session's) share the one signal the last call sends.
+		select {
+		case s.drained <- struct{}{}:
+		default:
+		}
 		s.guests.Wait() // guests still stopping after their call was answered
 		close(done)
 	}()
