@@ -9,11 +9,13 @@ import "time"
 // and the set-up of a fresh 60 MiB instance when the pool is empty (its
 // snapshot scans the memory in Go), which runs before the guest and so
 // past a 100 ms deadline (measured under -race with nothing else running:
-// fill/copy deadline rows p99 150-170 ms, every other row under 60 ms;
-// without -race every row is under 10 ms). So -race asserts only what the
-// findings broke — stops that took seconds to minutes, or never came — and
-// the 10 ms bound of the design is asserted by the non-race build.
-const stopBound = 500 // ms
+// fill/copy deadline rows p99 150-170 ms at first, 257-436 ms on
+// 2026-12-01, and 549 ms once in make test, where a second -race test
+// binary shares the two cores; every other row under 60 ms; without -race
+// every row is under 10 ms). So -race asserts only what the findings broke
+// — stops that took seconds to minutes, or never came — and the 10 ms bound
+// of the design is asserted by the non-race build.
+const stopBound = 1000 // ms
 
 const raceEnabled = true
 
