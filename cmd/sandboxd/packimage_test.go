@@ -36,26 +36,6 @@ import (
 // served by a real docker-registry on loopback. The modules are the
 // repository's WAT examples (identity, allow), so no Go guest is compiled.
 
-// packClient finds a registry client (oras, crane) on PATH or in the
-// repository's .tools/bin; missing, the test is skipped, except under
-// CI=true, where it fails.
-func packClient(t *testing.T, name string) string {
-	t.Helper()
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
-	if p, err := filepath.Abs("../../.tools/bin/" + name); err == nil {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s is not installed (bash .ci/deps.d/40-oci.sh); CI=true requires it", name)
-	}
-	t.Skipf("%s is not installed (bash .ci/deps.d/40-oci.sh)", name)
-	return ""
-}
-
 // packRegistry is a docker-registry with the clients that push to it.
 type packRegistry struct {
 	t     *testing.T
@@ -68,7 +48,7 @@ type packRegistry struct {
 
 func newPackRegistry(t *testing.T) *packRegistry {
 	t.Helper()
-	oras, crane := packClient(t, "oras"), packClient(t, "crane")
+	oras, crane := ociClient(t, "oras"), ociClient(t, "crane")
 	reg := registrytest.Start(t)
 	home := t.TempDir()
 	return &packRegistry{t: t, reg: reg, host: reg.Host, oras: oras, crane: crane, home: home}
