@@ -57,6 +57,11 @@ type wasmCode struct {
 	shape    moduleShape
 	metered  bool        // instrumented with fuel checks (fuel.go); else close-on-context-done
 	verdict  passVerdict // the pass's verdict kept with the module (fuelcache.go)
+	// dataInit names the export that copies the module's data segments into
+	// its memory ("" when instantiation does it): a module whose active
+	// segments were made passive (so that an instance cloned from a memory
+	// image, image.go, skips the copy) runs it right after instantiation.
+	dataInit string
 }
 
 func (c *wasmCode) code() *wasmCode { return c }

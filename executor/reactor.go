@@ -112,6 +112,11 @@ func (t *reactorHandler) newInstance(ctx context.Context, env map[string]string,
 		cctx, done := in.meter.begin(gctx, 0) // instance set-up is not charged
 		defer done()
 		in.sleep.ctx.Store(&cctx)
+		if t.dataInit != "" {
+			if _, err := mod.ExportedFunction(t.dataInit).Call(cctx); err != nil {
+				return err
+			}
+		}
 		if err := runStart(cctx, mod); err != nil {
 			return err
 		}
