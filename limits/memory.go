@@ -25,6 +25,7 @@ type Account struct {
 	host    atomic.Int64
 	peak    atomic.Int64
 	refused atomic.Int64 // largest total that was refused; 0 if none
+	mem     atomic.Pointer[linearMemory]
 }
 
 // NewAccount returns an account capped at limit bytes.
@@ -110,7 +111,9 @@ func (a *Account) Linear() int64 { return a.linear.Load() }
 // the account belongs to; it must back exactly one module instance.
 func (a *Account) Allocator() experimental.MemoryAllocator {
 	return experimental.MemoryAllocatorFunc(func(capacity, max uint64) experimental.LinearMemory {
-		return newLinearMemory(a, max)
+		m := newLinearMemory(a, max)
+		a.mem.Store(m)
+		return m
 	})
 }
 
@@ -118,10 +121,12 @@ func (a *Account) Allocator() experimental.MemoryAllocator {
 // smaller of the module's maximum and the account's cap once, so growth never
 // copies; pages become resident only when the guest touches them.
 type linearMemory struct {
-	acct *Account
-	mu   sync.Mutex
-	buf  []byte // len = current size, cap = reservation
-	free func()
+	acct   *Account
+	mu     sync.Mutex
+	buf    []byte // len = current size, cap = reservation
+	free   func()
+	mmaped bool   // buf is a reservation reserveMemory mapped (not the Go heap)
+	image  *Image // the image buf's first pages map, if any (MapImage)
 }
 
 func newLinearMemory(a *Account, max uint64) *linearMemory {
@@ -130,8 +135,8 @@ func newLinearMemory(a *Account, max uint64) *linearMemory {
 		reserve = max
 	}
 	reserve = (reserve + PageSize - 1) / PageSize * PageSize
-	buf, free := reserveMemory(reserve)
-	return &linearMemory{acct: a, buf: buf[:0], free: free}
+	buf, free, mmaped := reserveMemory(reserve)
+	return &linearMemory{acct: a, buf: buf[:0], free: free, mmaped: mmaped}
 }
 
 // Reallocate implements experimental.LinearMemory. It returns nil, which makes
@@ -157,6 +162,36 @@ func (m *linearMemory) Free() {
 		m.free()
 		m.free = nil
 		m.buf = nil
+		m.image = nil
 		m.acct.linear.Store(0)
 	}
+}
+
+// MapImage makes the first img.Size() bytes of the account's linear memory
+// read as img, copy-on-write: the first time it maps the image over them
+// (whatever they held is dropped), later it discards the pages written
+// since (they read as the image again). The memory must be exactly the
+// image's size.
+//
+// It returns false and nil, changing nothing, where mapping is impossible
+// (no image support, memory on the Go heap, another size): the caller may
+// copy the image instead. An error means the kernel refused the mapping
+// and the memory may no longer be mapped at all: the instance must be
+// closed without running or touching its memory again.
+func (a *Account) MapImage(img *Image) (bool, error) {
+	m := a.mem.Load()
+	if m == nil || img == nil {
+		return false, nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.mmaped || m.free == nil || len(m.buf) != img.size || img.size == 0 {
+		return false, nil
+	}
+	if err := mapImage(m.buf, img, m.image != img); err != nil {
+		m.image = nil
+		return false, err
+	}
+	m.image = img
+	return true, nil
 }

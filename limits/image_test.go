@@ -1,0 +1,154 @@
+//go:build linux
+
+package limits
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestImageCopyOnWrite maps an image into a linear memory, writes over it,
+// and checks that the image never changes, that the memory reads as the
+// image again after MapImage discards its writes, and that the memfd is
+// sealed against writes and resizing.
+func TestImageCopyOnWrite(t *testing.T) {
+	src := make([]byte, 3*PageSize)
+	for i := range src[:PageSize] {
+		src[i] = byte(i*7 + 1)
+	}
+	src[2*PageSize+5] = 0xAB // a page after a zero page
+	img, err := NewImage(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer img.Close()
+	if !bytes.Equal(img.Bytes(), src) {
+		t.Fatal("the image does not read as its source")
+	}
+	if _, err := unix.Pwrite(img.fd, []byte{1}, 0); err == nil {
+		t.Fatal("the image's memfd accepted a write: not sealed")
+	}
+	if err := unix.Ftruncate(img.fd, int64(4*PageSize)); err == nil {
+		t.Fatal("the image's memfd grew: not sealed")
+	}
+
+	a := NewAccount(64 * MiB)
+	lm := a.Allocator().Allocate(0, 16*PageSize)
+	buf := lm.Reallocate(3 * PageSize)
+	for i := range buf {
+		buf[i] = 0xEE // what instantiation wrote: dropped by the mapping
+	}
+	if ok, err := a.MapImage(img); !ok || err != nil {
+		t.Fatalf("MapImage = %v, %v", ok, err)
+	}
+	if !bytes.Equal(buf, src) {
+		t.Fatal("the memory does not read as the image after mapping it")
+	}
+	buf[0], buf[PageSize+9], buf[2*PageSize+5] = 1, 2, 3
+	if !bytes.Equal(img.Bytes(), src) {
+		t.Fatal("a write to an instance's memory reached the image")
+	}
+	if ok, err := a.MapImage(img); !ok || err != nil {
+		t.Fatalf("second MapImage = %v, %v", ok, err)
+	}
+	if !bytes.Equal(buf, src) {
+		t.Fatal("the memory does not read as the image after its writes were discarded")
+	}
+	// Growth past the image keeps the image's part and zeroes the rest.
+	buf = lm.Reallocate(4 * PageSize)
+	if !bytes.Equal(buf[:3*PageSize], src) || !bytes.Equal(buf[3*PageSize:], make([]byte, PageSize)) {
+		t.Fatal("growth after mapping changed the memory")
+	}
+	if ok, _ := a.MapImage(img); ok {
+		t.Fatal("MapImage accepted a memory of another size")
+	}
+	lm.Free()
+	if ok, _ := a.MapImage(img); ok {
+		t.Fatal("MapImage mapped into freed memory")
+	}
+	if _, err := NewImage(make([]byte, 100)); err == nil {
+		t.Fatal("NewImage accepted a size that is not whole pages")
+	}
+}
+
+// TestImageSharedPages: pages of an image mapped by several instances are
+// not private to any of them until written.
+func TestImageSharedPages(t *testing.T) {
+	src := bytes.Repeat([]byte{1}, 16*PageSize)
+	img, err := NewImage(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer img.Close()
+	var mems []experimentalMemory
+	var addrs []uintptr
+	for range 4 {
+		a := NewAccount(64 * MiB)
+		lm := a.Allocator().Allocate(0, 16*PageSize)
+		b := lm.Reallocate(16 * PageSize)
+		if ok, err := a.MapImage(img); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		var sum int
+		for i := 0; i < len(b); i += 4096 {
+			sum += int(b[i]) // read every page
+		}
+		if sum != len(b)/4096 {
+			t.Fatal("wrong contents")
+		}
+		mems = append(mems, lm)
+		addrs = append(addrs, uintptr(unsafe.Pointer(&b[0])))
+	}
+	for _, at := range addrs {
+		f := smapsOf(t, at)
+		t.Logf("mapping %#x: Rss %d kB, Private_Clean %d, Private_Dirty %d, Shared_Clean %d, Shared_Dirty %d", at, f["Rss"], f["Private_Clean"], f["Private_Dirty"], f["Shared_Clean"], f["Shared_Dirty"])
+		if f["Private_Clean"]+f["Private_Dirty"] != 0 || f["Shared_Clean"]+f["Shared_Dirty"] != 16*PageSize/1024 {
+			t.Errorf("an instance reading its image holds private pages or does not share them: %v", f)
+		}
+	}
+	for _, m := range mems {
+		m.Free()
+	}
+}
+
+type experimentalMemory interface{ Free() }
+
+// smapsOf returns the kB fields of the /proc/self/smaps entry of the
+// mapping that starts at addr.
+func smapsOf(t *testing.T, addr uintptr) map[string]int {
+	b, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Skip("no /proc/self/smaps:", err)
+	}
+	prefix := strconv.FormatUint(uint64(addr), 16) + "-"
+	var f map[string]int
+	for _, line := range strings.Split(string(b), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		if strings.Contains(fields[0], "-") && !strings.HasSuffix(fields[0], ":") {
+			if f != nil {
+				break
+			}
+			if strings.HasPrefix(fields[0], prefix) {
+				f = map[string]int{}
+			}
+			continue
+		}
+		if f != nil && len(fields) >= 2 {
+			n, _ := strconv.Atoi(fields[1])
+			f[strings.TrimSuffix(fields[0], ":")] = n
+		}
+	}
+	if f == nil {
+		t.Fatalf("no mapping at %#x", addr)
+	}
+	return f
+}
