@@ -35,7 +35,7 @@ func active(off int64, data string) []byte {
 }
 
 var (
-	typeSec    = sec(secType, vec([]byte{0x60, 0, 0}))                       // type 0: () -> ()
+	typeSec    = sec(secType, vec([]byte{0x60, 0, 0}))                        // type 0: () -> ()
 	funcSec    = sec(secFunction, vec([]byte{0}))                             // func 0: type 0
 	codeSec    = sec(secCode, vec([]byte{2, 0, 0x0b}))                        // func 0: nop
 	memSec     = sec(secMemory, vec([]byte{0, 1}))                            // memory 0: 1 page
