@@ -294,22 +294,8 @@ func memoryAfterInstantiation(b []byte, init string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	hosts := map[string]wazero.HostModuleBuilder{}
-	for _, f := range cm.ImportedFunctions() {
-		mod, name, _ := f.Import()
-		h, ok := hosts[mod]
-		if !ok {
-			h = r.NewHostModuleBuilder(mod)
-			hosts[mod] = h
-		}
-		h.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(context.Context, api.Module, []uint64) {
-			panic("stub import called")
-		}), f.ParamTypes(), f.ResultTypes()).Export(name)
-	}
-	for _, h := range hosts {
-		if _, err := h.Instantiate(ctx); err != nil {
-			return nil, err
-		}
+	if err := stubImports(ctx, r, cm); err != nil {
+		return nil, err
 	}
 	mod, err := r.InstantiateModule(ctx, cm, wazero.NewModuleConfig().WithStartFunctions().WithName(""))
 	if err != nil {
@@ -374,4 +360,27 @@ func FuzzPassiveData(f *testing.F) {
 			}
 		}
 	})
+}
+
+// stubImports instantiates in r a host module for every module cm imports
+// functions from, each function trapping when called.
+func stubImports(ctx context.Context, r wazero.Runtime, cm wazero.CompiledModule) error {
+	hosts := map[string]wazero.HostModuleBuilder{}
+	for _, f := range cm.ImportedFunctions() {
+		mod, name, _ := f.Import()
+		h, ok := hosts[mod]
+		if !ok {
+			h = r.NewHostModuleBuilder(mod)
+			hosts[mod] = h
+		}
+		h.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(context.Context, api.Module, []uint64) {
+			panic("stub import called")
+		}), f.ParamTypes(), f.ResultTypes()).Export(name)
+	}
+	for _, h := range hosts {
+		if _, err := h.Instantiate(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
 }
