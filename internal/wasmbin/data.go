@@ -463,3 +463,50 @@ func appendSLEB(b []byte, v int64) []byte {
 		b = append(b, c|0x80)
 	}
 }
+
+// ExportsFunction reports whether b exports a function named name (false
+// when b cannot be read).
+func ExportsFunction(b []byte, name string) bool {
+	if len(b) < 8 || string(b[:4]) != "\x00asm" {
+		return false
+	}
+	r := &reader{b: b, off: 8}
+	for r.off < len(b) {
+		id, err := r.byte()
+		if err != nil {
+			return false
+		}
+		size, err := r.uleb(32)
+		if err != nil || size > uint64(len(b)-r.off) {
+			return false
+		}
+		end := r.off + int(size)
+		if id != secExport {
+			r.off = end
+			continue
+		}
+		sec := &reader{b: b[:end], off: r.off}
+		n, err := sec.uleb(32)
+		if err != nil {
+			return false
+		}
+		for i := uint64(0); i < n; i++ {
+			s, err := sec.name()
+			if err != nil {
+				return false
+			}
+			kind, err := sec.byte()
+			if err != nil {
+				return false
+			}
+			if _, err := sec.uleb(32); err != nil {
+				return false
+			}
+			if s == name && ExternKind(kind) == KindFunc {
+				return true
+			}
+		}
+		return false
+	}
+	return false
+}

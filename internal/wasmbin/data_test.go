@@ -384,3 +384,25 @@ func stubImports(ctx context.Context, r wazero.Runtime, cm wazero.CompiledModule
 	}
 	return nil
 }
+
+func TestExportsFunction(t *testing.T) {
+	for _, c := range []struct {
+		b    []byte
+		name string
+		want bool
+	}{
+		{simpleData, "f", true},
+		{simpleData, "g", false},
+		{module(memSec, sec(secExport, vec(append(str("f"), 2, 0)))), "f", false}, // a memory
+		{module(memSec, []byte{secExport, 5, 1, 1, 'f'}), "f", false}, // truncated
+		{[]byte("junk"), "f", false},
+	} {
+		if got := ExportsFunction(c.b, c.name); got != c.want {
+			t.Errorf("ExportsFunction(%x, %q) = %v", c.b, c.name, got)
+		}
+	}
+	out, _ := PassiveData(simpleData)
+	if !ExportsFunction(out, DataInitExport) || !ExportsFunction(out, "f") {
+		t.Error("the rewritten module does not export both functions")
+	}
+}
