@@ -394,7 +394,7 @@ func TestExportsFunction(t *testing.T) {
 		{simpleData, "f", true},
 		{simpleData, "g", false},
 		{module(memSec, sec(secExport, vec(append(str("f"), 2, 0)))), "f", false}, // a memory
-		{module(memSec, []byte{secExport, 5, 1, 1, 'f'}), "f", false}, // truncated
+		{module(memSec, []byte{secExport, 5, 1, 1, 'f'}), "f", false},             // truncated
 		{[]byte("junk"), "f", false},
 	} {
 		if got := ExportsFunction(c.b, c.name); got != c.want {
