@@ -6,6 +6,7 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 
+	"github.com/sandboxd/sandboxd/abi"
 	"github.com/sandboxd/sandboxd/artifact"
 	"github.com/sandboxd/sandboxd/internal/fuel"
 	"github.com/sandboxd/sandboxd/internal/wasmbin"
@@ -95,6 +96,7 @@ func (e *Executor) compileCode(ctx context.Context, t *Tool, mod *artifact.Modul
 	}
 	if ferr == nil {
 		bin, c.metered, c.verdict = metered, true, verdict // fuelcache.go
+		bin, c.dataInit = dataSegments(ga, bin)
 	} else if !e.cfg.allowUnmetered {
 		return nil, unmeteredRefused(ferr)
 	}
@@ -133,8 +135,30 @@ func (e *Executor) compileCode(ctx context.Context, t *Tool, mod *artifact.Modul
 	if c.shape, err = ga.shape(c.runtime, c.compiled, parsed, t); err != nil {
 		return nil, err
 	}
+	if c.dataInit != "" && c.shape.entry == "" {
+		// dataSegments took a command for a reactor: the command handler
+		// would run it with its data segments never copied.
+		return nil, toolerr.New(toolerr.Internal, "the module's data segments were made passive but it runs as a WASI command")
+	}
 	if err := checkMinimumMemory(c.compiled, parsed, t.memLimit, t.limits.memMB); err != nil { // shape.go
 		return nil, err
 	}
 	return c, nil
+}
+
+// dataSegments rewrites the data segments of a metered module (the fuel
+// pass has turned any start section into an export): a standard Go binary
+// has tens of thousands, each an offset wazero evaluates and a record it
+// keeps at every instantiation. A module the reactor handler instantiates
+// gets them merged and passive, copied by the export it returns, which
+// newInstance calls (reactor.go), so that an instance whose memory comes
+// from an image skips the copy; a WASI command (ABI v1 exporting _start:
+// the command handler instantiates it and calls _start) gets them merged
+// and still active. The result is deterministic, so the rewritten bytes
+// stay a good compilation cache key. See wasmbin.PassiveData.
+func dataSegments(ga guestABI, bin []byte) ([]byte, string) {
+	if _, v1 := ga.(abiV1); v1 && wasmbin.ExportsFunction(bin, abi.ExportStart) {
+		return wasmbin.MergeData(bin), ""
+	}
+	return wasmbin.PassiveData(bin)
 }
