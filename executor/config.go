@@ -35,6 +35,7 @@ type Config struct {
 	fuelBudget     int64        // fuel.go
 	allowUnmetered bool         // fuel.go
 	noRecycle      bool         // recycle.go
+	noImages       bool         // image.go
 	poolIdle       time.Duration
 	seed           uint64
 	maxMemMB       int64 // operator ceilings (WithMaxLimits); 0: none

@@ -203,7 +203,8 @@ func (t *reactorHandler) putBack(p *pool, in *instance, budget int64) bool {
 
 // inlineResetMax is the largest snapshot the caller resets itself after its
 // call (a copy of a few microseconds) even when the pool has instances
-// ready: waking the refill goroutine and waiting for it to run costs more
+// ready (an instance mapped from its tool's image is always reset inline:
+// its reset discards the pages it wrote, image.go): waking the refill goroutine and waiting for it to run costs more
 // than such a copy. A larger instance is handed to the refill goroutine,
 // off the caller's path, unless the pool is empty: then the next call would
 // instantiate anew, which costs far more than the copy (a standard-Go guest:
@@ -216,7 +217,7 @@ const inlineResetMax = 256 << 10
 func (t *reactorHandler) recycleInline(in *instance) bool {
 	p := t.pool
 	if p == nil || in.snap == nil || !in.reusable || t.closed.Load() ||
-		(in.snap.memSize > inlineResetMax && len(p.ready) > 0) {
+		(in.snap.st.memSize > inlineResetMax && in.snap.st.img == nil && len(p.ready) > 0) {
 		return false
 	}
 	budget, _ := t.exec.cfg.poolLimits()

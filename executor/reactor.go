@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/tetratelabs/wazero/api"
@@ -31,6 +32,11 @@ type reactorHandler struct {
 	// that grows its memory in every call (go-sdk's Rust count_vowels)
 	// would pay for at every instantiation without ever being reset.
 	grew atomic.Int32
+	// image is the tool's instance image, once an instance made one
+	// (image.go); imageMu serialises making it.
+	image   atomic.Pointer[state]
+	imageMu sync.Mutex
+	cloned  atomic.Int64 // instances loaded from the image
 }
 
 // maxGrownResets is how many grown instances turn snapshots off for a tool.
@@ -55,7 +61,9 @@ func (t *reactorHandler) close(ctx context.Context) error {
 	for _, in := range t.idle.drain() {
 		_ = in.mod.Close(ctx)
 	}
-	return t.runtime.Close(ctx)
+	err := t.runtime.Close(ctx)
+	t.closeImage() // image.go: after every instance that maps it
+	return err
 }
 
 // initName names the initialisation step for messages.
@@ -86,12 +94,31 @@ type instance struct {
 }
 
 // newInstance instantiates the reactor and runs _initialize under the tool's
-// CPU budget (not charged to any call). Its output goes to stdout/stderr
-// until the instance is switched to a call.
+// CPU budget (not charged to any call), or, when the tool has an image and
+// the instance gets no env, loads it from the image without running any of
+// its code (image.go). Its output goes to stdout/stderr until the instance
+// is switched to a call.
 func (t *reactorHandler) newInstance(ctx context.Context, env map[string]string, stdout, stderr *lineForwarder) (*instance, error) {
+	var img *state
+	if len(env) == 0 && t.imageable() {
+		img = t.image.Load()
+	}
+	in, err := t.instantiate(ctx, env, img, stdout, stderr)
+	if img != nil && errors.Is(err, errClone) {
+		in, err = t.instantiate(ctx, env, nil, stdout, stderr)
+	}
+	return in, err
+}
+
+// instantiate makes one instance: from img, or in full when img is nil.
+func (t *reactorHandler) instantiate(ctx context.Context, env map[string]string, img *state, stdout, stderr *lineForwarder) (*instance, error) {
 	in := &instance{acct: limits.NewAccount(t.memLimit), sleep: &sleeper{}, stdout: newSwitchWriter(stdout), stderr: newSwitchWriter(stderr)}
 	in.tables = newTableAccount(in.acct)
 	mc := t.moduleConfig(env, in.sleep).WithStdout(in.stdout).WithStderr(in.stderr)
+	var watch *hostWatch // image.go: may this instance's state become the image?
+	if img == nil && len(env) == 0 && t.imageable() && t.image.Load() == nil {
+		watch = &hostWatch{}
+	}
 	var mod api.Module
 	cpu, err, cause := t.guard(ctx, func(gctx context.Context, _ context.CancelCauseFunc) error {
 		gctx, ok := t.initContext(gctx, in.tables) // tables.go: tables charged, logs capped
@@ -109,8 +136,14 @@ func (t *reactorHandler) newInstance(ctx context.Context, env map[string]string,
 				return err
 			}
 		}
+		if img != nil {
+			return t.clone(in, mod, img) // image.go: nothing of the module runs
+		}
 		cctx, done := in.meter.begin(gctx, 0) // instance set-up is not charged
 		defer done()
+		if watch != nil {
+			cctx = context.WithValue(cctx, hostWatchKey{}, watch)
+		}
 		in.sleep.ctx.Store(&cctx)
 		if t.dataInit != "" {
 			if _, err := mod.ExportedFunction(t.dataInit).Call(cctx); err != nil {
@@ -131,12 +164,15 @@ func (t *reactorHandler) newInstance(ctx context.Context, env map[string]string,
 		if mod != nil {
 			_ = mod.Close(ctx)
 		}
+		if errors.Is(err, errClone) {
+			return nil, err
+		}
 		stderr.Flush()
 		return nil, t.classify(ctx, nil, err, cause, in.acct, cpu, stderr.Tail(), initName(t.shape.init))
 	}
 	in.mod, in.handle = mod, mod.ExportedFunction(t.shape.entry)
-	if len(env) == 0 && t.recyclable() && t.grew.Load() < maxGrownResets {
-		in.snap, in.grew = save(mod, t.verdict), &t.grew
+	if img == nil && len(env) == 0 {
+		t.keepState(in, watch) // image.go: what a reset writes back; the tool's image
 	}
 	return in, nil
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/sandboxd/sandboxd/internal/fuel"
+	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/manifest"
 )
 
@@ -59,12 +60,21 @@ func (c Config) WithRecycling(on bool) Config {
 	return c
 }
 
-// snapshot is an instance's state right after initialisation.
+// state is a module instance's state right after initialisation: what a
+// reset writes back and what an instance cloned from its tool's image starts
+// from (image.go).
+type state struct {
+	memSize int           // bytes of linear memory; -1 without one
+	runs    []run         // its chunks that are not all zero, in order (nil when img holds them)
+	img     *limits.Image // the memory as a copy-on-write image, or nil
+	values  []uint64      // the mutable globals, in the order of the pass's exports
+}
+
+// snapshot is what an instance is reset to, and its handles to do it.
 type snapshot struct {
-	memSize int   // bytes of linear memory; -1 without one
-	runs    []run // its chunks that are not all zero, in order
+	st      *state
+	own     bool // st is this instance's alone (not its tool's image)
 	globals []api.MutableGlobal
-	values  []uint64
 	dirty   api.MutableGlobal
 }
 
@@ -78,11 +88,11 @@ func (t *reactorHandler) recyclable() bool {
 		!t.exec.cfg.deterministic && !t.exec.cfg.noRecycle
 }
 
-// save records mod's state for recycling, or returns nil when the pass did
-// not make the module resettable. It reads exactly the exports the pass
-// added to a module it found resettable (v): the dirty flag and v.globals
+// bind finds the exports a reset needs in mod, or returns nil when the pass
+// did not make the module resettable (v). It reads exactly the exports the
+// pass added to a module it found resettable: the dirty flag and v.globals
 // mutable globals, names the pass refuses in such a module's own exports.
-func save(mod api.Module, v passVerdict) *snapshot {
+func bind(mod api.Module, v passVerdict) *snapshot {
 	if !v.resettable {
 		return nil
 	}
@@ -90,10 +100,6 @@ func save(mod api.Module, v passVerdict) *snapshot {
 	if !ok || dirty.Type() != api.ValueTypeI32 {
 		return nil
 	}
-	// What _initialize changed in the host is part of the state a reset
-	// reproduces (the host keeps it); only later changes make the instance
-	// dirty.
-	dirty.Set(0)
 	s := &snapshot{dirty: dirty}
 	for k := 0; k < v.globals; k++ {
 		g, ok := mod.ExportedGlobal(fuel.GlobalSnapshotExport + strconv.Itoa(k)).(api.MutableGlobal)
@@ -101,17 +107,55 @@ func save(mod api.Module, v passVerdict) *snapshot {
 			return nil // not the module the pass produced
 		}
 		s.globals = append(s.globals, g)
-		s.values = append(s.values, g.Get())
-	}
-	s.memSize = -1
-	if mem := memoryOf(mod); mem != nil {
-		b, ok := mem.Read(0, mem.Size())
-		if !ok {
-			return nil
-		}
-		s.memSize, s.runs = len(b), nonZeroRuns(b)
 	}
 	return s
+}
+
+// save records mod's state for recycling, or returns nil when the pass did
+// not make the module resettable (v; see bind).
+func save(mod api.Module, v passVerdict) *snapshot {
+	s := bind(mod, v)
+	if s == nil {
+		return nil
+	}
+	// What _initialize changed in the host is part of the state a reset
+	// reproduces (the host keeps it); only later changes make the instance
+	// dirty.
+	s.dirty.Set(0)
+	if s.st = capture(mod, s, false); s.st == nil {
+		return nil
+	}
+	s.own = true
+	return s
+}
+
+// capture reads mod's state through s's handles: its globals' values and
+// its memory, as a copy-on-write image when asImage and the memory is large
+// enough for mapping to beat copying (image.go), else as the non-zero
+// chunks copied to the Go heap. It returns nil when the memory cannot be
+// read.
+func capture(mod api.Module, s *snapshot, asImage bool) *state {
+	st := &state{memSize: -1}
+	for _, g := range s.globals {
+		st.values = append(st.values, g.Get())
+	}
+	mem := memoryOf(mod)
+	if mem == nil {
+		return st
+	}
+	b, ok := mem.Read(0, mem.Size())
+	if !ok {
+		return nil
+	}
+	st.memSize = len(b)
+	if asImage && len(b) > imageMapMin {
+		if img, err := limits.NewImage(b); err == nil && img != nil {
+			st.img = img
+			return st
+		}
+	}
+	st.runs = nonZeroRuns(b)
+	return st
 }
 
 // run is a stretch of saved memory at off.
@@ -160,7 +204,7 @@ func allZero(b []byte) bool {
 
 // restore writes the saved memory over b (of the saved size): the runs are
 // copied, everything between them cleared.
-func (s *snapshot) restore(b []byte) {
+func (s *state) restore(b []byte) {
 	at := 0
 	for _, r := range s.runs {
 		clear(b[at:r.off])
@@ -169,13 +213,15 @@ func (s *snapshot) restore(b []byte) {
 	clear(b[at:])
 }
 
-// size is the memory the snapshot holds.
+// size is the Go heap the snapshot holds for its instance alone: a tool's
+// image is held once for all its instances, and an image's pages are not
+// on the heap.
 func (s *snapshot) size() int64 {
-	if s == nil {
+	if s == nil || !s.own || s.st == nil {
 		return 0
 	}
 	var n int64
-	for _, r := range s.runs {
+	for _, r := range s.st.runs {
 		n += int64(len(r.data))
 	}
 	return n
@@ -189,26 +235,56 @@ func (in *instance) reset() bool {
 	if s == nil || in.mod.IsClosed() || s.dirty.Get() != 0 {
 		return false
 	}
-	if mem := memoryOf(in.mod); mem != nil {
-		if int64(mem.Size()) != int64(s.memSize) {
-			if in.grew != nil {
-				in.grew.Add(1) // the tool stops saving snapshots after a few (newInstance)
-			}
+	if mem := memoryOf(in.mod); mem != nil && int64(mem.Size()) != int64(s.st.memSize) {
+		if in.grew != nil {
+			in.grew.Add(1) // the tool stops saving snapshots after a few (newInstance)
+		}
+		return false
+	}
+	if !in.load(s.st, s.globals) {
+		return false
+	}
+	in.resetAccount()
+	in.recycled++
+	return true
+}
+
+// load writes st into in: its memory (of st's size already) and its mutable
+// globals through the handles. It returns false when that failed; the
+// instance must then be closed, never run.
+func (in *instance) load(st *state, globals []api.MutableGlobal) bool {
+	mem := memoryOf(in.mod)
+	switch {
+	case mem == nil:
+		if st.memSize != -1 {
 			return false
 		}
+	case int64(mem.Size()) != int64(st.memSize):
+		return false
+	case st.img != nil:
+		mapped, err := in.acct.MapImage(st.img) // copy-on-write: a mapping, or dropping dirty pages
+		if err != nil {
+			return false
+		}
+		if !mapped {
+			b, ok := mem.Read(0, mem.Size())
+			if !ok || !st.img.CopyTo(b) {
+				return false
+			}
+		}
+	default:
 		b, ok := mem.Read(0, mem.Size())
 		if !ok {
 			return false
 		}
-		s.restore(b)
-	} else if s.memSize != -1 {
+		st.restore(b)
+	}
+	if len(globals) != len(st.values) {
 		return false
 	}
-	for i, g := range s.globals {
-		g.Set(s.values[i])
+	for i, g := range globals {
+		g.Set(st.values[i])
 	}
-	in.resetAccount()
-	in.recycled++
 	return true
 }
 

@@ -31,7 +31,7 @@ func TestSnapshotRestore(t *testing.T) {
 				}
 			}
 		}
-		s := &snapshot{memSize: size, runs: nonZeroRuns(orig)}
+		s := &state{memSize: size, runs: nonZeroRuns(orig)}
 		mem := append([]byte(nil), orig...)
 		for i := rng.IntN(size); i < size; i += rng.IntN(chunk) + 1 {
 			mem[i] = byte(rng.Uint32())
@@ -46,8 +46,8 @@ func TestSnapshotRestore(t *testing.T) {
 				want += int64(min(chunk, size-off))
 			}
 		}
-		if s.size() != want {
-			t.Fatalf("trial %d: snapshot holds %d bytes, want %d", trial, s.size(), want)
+		if got := (&snapshot{st: s, own: true}).size(); got != want {
+			t.Fatalf("trial %d: snapshot holds %d bytes, want %d", trial, got, want)
 		}
 	}
 }

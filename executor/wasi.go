@@ -94,6 +94,9 @@ func wasiListenerFor(def api.FunctionDefinition) experimental.FunctionListener {
 			chargeBytes(ctx, uint64(n)*(wasiSubscriptionSize+wasiEventSize))
 		}
 	}
+	if !fuel.StatelessWASI(def.Name()) {
+		l.after = watchHostState(def.Name(), l.after) // image.go
+	}
 	return l
 }
 

@@ -28,7 +28,8 @@ func TestImageCopyOnWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer img.Close()
-	if !bytes.Equal(img.Bytes(), src) {
+	got := make([]byte, len(src))
+	if !img.CopyTo(got) || !bytes.Equal(got, src) {
 		t.Fatal("the image does not read as its source")
 	}
 	if _, err := unix.Pwrite(img.fd, []byte{1}, 0); err == nil {
@@ -51,7 +52,7 @@ func TestImageCopyOnWrite(t *testing.T) {
 		t.Fatal("the memory does not read as the image after mapping it")
 	}
 	buf[0], buf[PageSize+9], buf[2*PageSize+5] = 1, 2, 3
-	if !bytes.Equal(img.Bytes(), src) {
+	if !img.CopyTo(got) || !bytes.Equal(got, src) {
 		t.Fatal("a write to an instance's memory reached the image")
 	}
 	if ok, err := a.MapImage(img); !ok || err != nil {
@@ -71,6 +72,15 @@ func TestImageCopyOnWrite(t *testing.T) {
 	lm.Free()
 	if ok, _ := a.MapImage(img); ok {
 		t.Fatal("MapImage mapped into freed memory")
+	}
+	a2 := NewAccount(64 * MiB)
+	a2.Allocator().Allocate(0, 16*PageSize).Reallocate(3 * PageSize)
+	img.Close()
+	if ok, err := a2.MapImage(img); ok || err != nil {
+		t.Fatalf("MapImage of a closed image = %v, %v", ok, err)
+	}
+	if img.CopyTo(got) {
+		t.Fatal("CopyTo of a closed image")
 	}
 	if _, err := NewImage(make([]byte, 100)); err == nil {
 		t.Fatal("NewImage accepted a size that is not whole pages")

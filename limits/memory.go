@@ -188,6 +188,11 @@ func (a *Account) MapImage(img *Image) (bool, error) {
 	if !m.mmaped || m.free == nil || len(m.buf) != img.size || img.size == 0 {
 		return false, nil
 	}
+	img.mu.RLock() // its fd stays open (and is not reused) while mapping
+	defer img.mu.RUnlock()
+	if img.closed {
+		return false, nil
+	}
 	if err := mapImage(m.buf, img, m.image != img); err != nil {
 		m.image = nil
 		return false, err

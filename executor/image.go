@@ -1,0 +1,193 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/sandboxd/sandboxd/limits"
+)
+
+// Instance images: a context-isolated or strict call gets a never-used
+// instance without paying for _initialize.
+//
+// A standard-Go guest's _initialize (its runtime's start-up) takes
+// milliseconds, and every instance used to run its own. For a module the
+// fuel pass found resettable (recycle.go: what a reset writes back — linear
+// memory and mutable globals — is all the state an instance has), the first
+// instance a tool initialises with no call's data (no env, no input) and
+// whose _initialize changed no host state (the pass's dirty flag stayed
+// clear) gives the tool its image: that state, its memory held as a sealed
+// memfd (limits.Image) once it is larger than imageMapMin. Every later
+// instance of the tool is instantiated without running any of its code
+// (no data-segment initialiser, start function or _initialize) and loaded
+// from the image: the memory is mapped private (copy-on-write) from the
+// memfd, the globals are written. Such an instance is in exactly the state
+// the image's instance was in before it served any call, so it is as fresh
+// as one that ran _initialize itself, with one difference, the one recycled
+// instances already have: the values the guest drew during _initialize
+// (random bytes, clock readings) are the image's, the same for every
+// instance of the tool. A reset (recycle.go) of a mapped instance discards
+// the pages it wrote instead of copying; clean pages are shared by all the
+// tool's instances, so an idle instance holds almost no private memory.
+//
+// Images are off for deterministic executors (their clocks and randomness
+// live outside the guest, recycle.go), for tools with declared env, for
+// modules the pass did not find resettable, and with WithInstanceImages(false)
+// (`sandboxd serve --instance-images=false`): every instance then runs its
+// own _initialize.
+
+// WithInstanceImages turns instance images for context-isolated and strict
+// tools on (the default) or off. Off, every instance runs its own
+// _initialize, so none shares the values its guest drew then with another.
+func (c Config) WithInstanceImages(on bool) Config {
+	c.noImages = !on
+	return c
+}
+
+// imageMapMin is the smallest memory an image holds as a memfd; a smaller
+// one is copied (a few microseconds) rather than mapped and faulted in.
+const imageMapMin = inlineResetMax
+
+// imageable reports whether t's instances may be loaded from an image.
+func (t *reactorHandler) imageable() bool {
+	return t.metered && t.verdict.resettable && t.poolable() &&
+		!t.exec.cfg.deterministic && !t.exec.cfg.noImages
+}
+
+// hostWatch records whether an instance's _initialize may have changed its
+// host state (image.go's condition for making an image of it): whether it
+// made a WASI call that is not stateless (fuel.StatelessWASI) and did not
+// fail before changing anything. The pass's dirty flag is coarser: it is
+// set before every such call, and Go's runtime start-up calls
+// fd_fdstat_set_flags(NONBLOCK) on fds 0-2, which wazero refuses (ENOSYS)
+// for sandboxd's stdio without changing anything.
+type hostWatch struct{ changed atomic.Bool }
+
+type hostWatchKey struct{}
+
+// watchHostState wraps the After hook of the state-changing WASI function
+// name: under a context carrying a hostWatch, a call of it marks the watch,
+// unless it is fd_fdstat_set_flags that returned an error (wazero's
+// fdFdstatSetFlagsFn returns every error before it changes anything).
+func watchHostState(name string, next func(context.Context, api.Module, []uint64)) func(context.Context, api.Module, []uint64) {
+	failedNoChange := name == "fd_fdstat_set_flags"
+	return func(ctx context.Context, mod api.Module, stack []uint64) {
+		if w, ok := ctx.Value(hostWatchKey{}).(*hostWatch); ok {
+			if !failedNoChange || len(stack) == 0 || uint32(stack[0]) == 0 {
+				w.changed.Store(true)
+			}
+		}
+		if next != nil {
+			next(ctx, mod, stack)
+		}
+	}
+}
+
+// errClone stops an instance being loaded from the image; newInstance then
+// instantiates it in full.
+var errClone = errors.New("executor: the instance could not be loaded from its tool's image")
+
+// clone loads mod, just instantiated and nothing of it run, from img.
+func (t *reactorHandler) clone(in *instance, mod api.Module, img *state) error {
+	s := bind(mod, t.verdict)
+	if s == nil {
+		return errClone
+	}
+	if img.memSize >= 0 {
+		mem := memoryOf(mod)
+		if mem == nil {
+			return errClone
+		}
+		cur := int(mem.Size())
+		if cur > img.memSize {
+			return errClone
+		}
+		if cur < img.memSize {
+			if _, ok := mem.Grow(uint32((img.memSize - cur) / limits.PageSize)); !ok {
+				return errClone
+			}
+		}
+	}
+	in.mod = mod // load reads the memory through it
+	if !in.load(img, s.globals) {
+		return errClone
+	}
+	s.dirty.Set(0)
+	if t.recyclable() && t.grew.Load() < maxGrownResets {
+		s.st = img
+		in.snap, in.grew = s, &t.grew
+	}
+	t.cloned.Add(1)
+	return nil
+}
+
+// ImageInstances returns how many of t's instances were loaded from its
+// instance image instead of running _initialize (0 for a tool without one).
+func (t *Tool) ImageInstances() int64 {
+	if r, ok := t.h.(*reactorHandler); ok {
+		return r.cloned.Load()
+	}
+	return 0
+}
+
+// keepState records what a newly initialised instance in (no env) is reset
+// to, and offers its state as the tool's image when the tool has none and
+// its _initialize changed no host state (watch; nil: not watched).
+func (t *reactorHandler) keepState(in *instance, watch *hostWatch) {
+	recycle := t.recyclable() && t.grew.Load() < maxGrownResets
+	share := t.imageable() && t.image.Load() == nil
+	if !recycle && !share {
+		return
+	}
+	s := bind(in.mod, t.verdict)
+	if s == nil {
+		return
+	}
+	clean := watch != nil && !watch.changed.Load() // _initialize changed no host state
+	s.dirty.Set(0)
+	if share && clean {
+		if img := t.makeImage(in.mod, s); img != nil {
+			if recycle {
+				s.st = img
+				in.snap, in.grew = s, &t.grew
+			}
+			return
+		}
+	}
+	if recycle {
+		if s.st = capture(in.mod, s, false); s.st != nil {
+			s.own = true
+			in.snap, in.grew = s, &t.grew
+		}
+	}
+}
+
+// makeImage makes mod's state the tool's image, unless the tool has one:
+// it returns the tool's image (nil when none can be made).
+func (t *reactorHandler) makeImage(mod api.Module, s *snapshot) *state {
+	t.imageMu.Lock()
+	defer t.imageMu.Unlock()
+	if img := t.image.Load(); img != nil {
+		return img
+	}
+	if t.closed.Load() {
+		return nil
+	}
+	img := capture(mod, s, true)
+	if img != nil {
+		t.image.Store(img)
+	}
+	return img
+}
+
+// closeImage releases the tool's image once its instances are closed.
+func (t *reactorHandler) closeImage() {
+	t.imageMu.Lock()
+	defer t.imageMu.Unlock()
+	if img := t.image.Load(); img != nil {
+		_ = img.img.Close()
+	}
+}
