@@ -39,7 +39,7 @@ type serviceFlags struct {
 	index, moduleRoot, toolsDir, eventsDest, envCheck *string
 	bundleMap, envelope, trustedKeys                  *string
 	packID, packVersion, artifactVer                  *string
-	dev, recycle                                      *bool
+	dev, recycle, images                              *bool
 	maxConc, queue, perTool, poolSize                 *int
 	drain, bodyTimeout                                *time.Duration
 	bodyMB                                            *int64
@@ -68,6 +68,7 @@ func (f *serviceFlags) register(fs *flag.FlagSet) {
 	f.packVersion = fs.String("pack-version", "", "packVersion for --tools (default 0.0.0)")
 	f.artifactVer = fs.String("artifact-version", "", "artifactVersion for --tools (default: a digest of the tools)")
 	f.recycle = fs.Bool("recycle", true, "reset used context-isolated instances to their post-initialisation state and reuse them, instead of instantiating for every call (strict tools never recycle)")
+	f.images = fs.Bool("instance-images", true, "load new context-isolated and strict instances from their tool's post-initialisation image (copy-on-write) instead of running each one's _initialize; false gives every instance the random bytes and clock readings of its own _initialize")
 	f.poolSize = fs.Int("pool-size", -1, "most pre-warmed instances per context-isolated/strict tool; pools grow toward it under load and shrink when idle, within a 512 MiB budget for all tools (-1: the executor's default, 8)")
 	f.exec.register(fs)
 	f.oci.register(fs, false)
@@ -164,7 +165,7 @@ func (f *serviceFlags) boot(ctx context.Context, plog *slog.Logger, token string
 	if rec != nil {
 		cfg = cfg.WithCallObserver(rec.Observe)
 	}
-	cfg = cfg.WithRecycling(*f.recycle)
+	cfg = cfg.WithRecycling(*f.recycle).WithInstanceImages(*f.images)
 	if *f.poolSize >= 0 {
 		cfg = cfg.WithPoolSize(*f.poolSize)
 	}
