@@ -110,19 +110,21 @@ func rewriteData(b []byte, passive bool) ([]byte, bool) {
 	if !passive && len(merged) == len(p.segs) {
 		return b, false // nothing to merge
 	}
-	data := appendULEB(nil, uint64(len(merged)))
+	// Section bodies are written as pieces, so that segment data and the
+	// existing code are copied once, into the result.
+	data := [][]byte{appendULEB(nil, uint64(len(merged)))}
 	for _, s := range merged {
+		var h []byte
 		if passive {
-			data = append(data, 1)
+			h = append(h, 1)
 		} else {
-			data = append(data, 0, 0x41)
-			data = appendSLEB(data, int64(s.off))
-			data = append(data, 0x0b)
+			h = append(h, 0, 0x41)
+			h = appendSLEB(h, int64(s.off))
+			h = append(h, 0x0b)
 		}
-		data = appendULEB(data, uint64(len(s.data)))
-		data = append(data, s.data...)
+		data = append(data, appendULEB(h, uint64(len(s.data))), s.data)
 	}
-	repl := map[byte][]byte{secData: data}
+	repl := map[byte][][]byte{secData: data}
 	if passive {
 		typeIdx := p.types
 		funcIdx := p.funcImport + p.funcs
@@ -133,7 +135,7 @@ func rewriteData(b []byte, passive bool) ([]byte, bool) {
 		exp = append(exp, byte(KindFunc))
 		exp = appendULEB(exp, funcIdx)
 		repl[secExport] = p.appendEntry(b, secExport, p.exports, exp)
-		repl[secDataCount] = appendULEB(nil, uint64(len(merged)))
+		repl[secDataCount] = [][]byte{appendULEB(nil, uint64(len(merged)))}
 		repl[secCode] = p.appendEntry(b, secCode, p.funcs, initBody(merged))
 	}
 	return p.assemble(b, repl), true
@@ -328,7 +330,7 @@ func (p *dataPlan) readSegments(b []byte, memBytes uint64) ([]segment, bool) {
 	if r.off != len(r.b) {
 		return nil, false
 	}
-	slices.SortStableFunc(segs, func(a, b segment) int {
+	byOffset := func(a, b segment) int {
 		switch {
 		case a.off < b.off:
 			return -1
@@ -336,7 +338,10 @@ func (p *dataPlan) readSegments(b []byte, memBytes uint64) ([]segment, bool) {
 			return 1
 		}
 		return 0
-	})
+	}
+	if !slices.IsSortedFunc(segs, byOffset) { // a Go binary's are sorted
+		slices.SortStableFunc(segs, byOffset)
+	}
 	for i := 1; i < len(segs); i++ {
 		if segs[i].off < segs[i-1].off+uint64(len(segs[i-1].data)) {
 			return nil, false
@@ -400,30 +405,43 @@ func initBody(segs []segment) []byte {
 }
 
 // appendEntry returns the body of vector section id with entry appended
-// (n entries before); the existing entries are copied as they are.
-func (p *dataPlan) appendEntry(b []byte, id byte, n uint64, entry []byte) []byte {
+// (n entries before): the new count, the existing entries as they are, the
+// entry.
+func (p *dataPlan) appendEntry(b []byte, id byte, n uint64, entry []byte) [][]byte {
 	var rest []byte
 	if r := p.body(b, id); r != nil {
 		_, _ = r.uleb(32) // read by readModule already
 		rest = r.b[r.off:]
 	}
-	out := appendULEB(make([]byte, 0, 5+len(rest)+len(entry)), n+1)
-	out = append(out, rest...)
-	return append(out, entry...)
+	return [][]byte{appendULEB(nil, n+1), rest, entry}
 }
 
-// assemble writes b with the bodies of the sections in repl replaced, and
-// those absent from b inserted where the section order puts them.
-func (p *dataPlan) assemble(b []byte, repl map[byte][]byte) []byte {
+// assemble writes b with the bodies of the sections in repl (as pieces)
+// replaced, and those absent from b inserted where the section order puts
+// them.
+func (p *dataPlan) assemble(b []byte, repl map[byte][][]byte) []byte {
 	size := len(b)
-	for _, body := range repl {
-		size += len(body) + 6
+	for id, body := range repl {
+		if p.have[id] != 0 {
+			s := p.secs[p.have[id]-1]
+			size -= s.end - s.start
+		}
+		size += 6 // id and size
+		for _, piece := range body {
+			size += len(piece)
+		}
 	}
 	out := append(make([]byte, 0, size), b[:8]...)
-	emit := func(id byte, body []byte) {
+	emit := func(id byte, body [][]byte) {
+		n := 0
+		for _, piece := range body {
+			n += len(piece)
+		}
 		out = append(out, id)
-		out = appendULEB(out, uint64(len(body)))
-		out = append(out, body...)
+		out = appendULEB(out, uint64(n))
+		for _, piece := range body {
+			out = append(out, piece...)
+		}
 	}
 	// New sections, in section order.
 	var pending []byte
