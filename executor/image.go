@@ -115,6 +115,7 @@ func (t *reactorHandler) clone(in *instance, mod api.Module, img *state) error {
 	if !in.load(img, s.globals) {
 		return errClone
 	}
+	in.from = img
 	s.dirty.Set(0)
 	if t.recyclable() && t.grew.Load() < maxGrownResets {
 		s.st = img
@@ -138,7 +139,7 @@ func (t *Tool) ImageInstances() int64 {
 // its _initialize changed no host state (watch; nil: not watched).
 func (t *reactorHandler) keepState(in *instance, watch *hostWatch) {
 	recycle := t.recyclable() && t.grew.Load() < maxGrownResets
-	share := t.imageable() && t.image.Load() == nil
+	share := t.imageable()
 	if !recycle && !share {
 		return
 	}
@@ -150,6 +151,7 @@ func (t *reactorHandler) keepState(in *instance, watch *hostWatch) {
 	s.dirty.Set(0)
 	if share && clean {
 		if img := t.makeImage(in.mod, s); img != nil {
+			in.from = img
 			if recycle {
 				s.st = img
 				in.snap, in.grew = s, &t.grew
@@ -181,6 +183,34 @@ func (t *reactorHandler) makeImage(mod api.Module, s *snapshot) *state {
 		t.image.Store(img)
 	}
 	return img
+}
+
+// maxLearnt is how many calls a tool's working set is learnt from.
+const maxLearnt = 64
+
+// learn adds the pages one call wrote and read (seen, nil: not seen) to
+// the working set that new instances of st's image make resident, while it
+// is still learning and the set stays within what a reset keeps resident.
+func (st *state) learn(seen *limits.WorkingSet) {
+	if seen == nil || seen.Pages() == 0 || st.learnt.Add(1) > maxLearnt {
+		return
+	}
+	for {
+		cur := st.ws.Load()
+		next := cur.Union(seen)
+		if len(next.Write) > limits.KeepPagesMax || st.ws.CompareAndSwap(cur, next) {
+			return
+		}
+	}
+}
+
+// learnFrom learns the working set of a call of in, an instance loaded
+// from its tool's image that is being closed rather than reset (strict,
+// or recycling off), while the tool is still learning it.
+func (in *instance) learnFrom() {
+	if st := in.from; st != nil && st.img != nil && st.learnt.Load() < maxLearnt {
+		st.learn(in.acct.ImageWorkingSet(st.img))
+	}
 }
 
 // closeImage releases the tool's image once its instances are closed.

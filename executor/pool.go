@@ -175,6 +175,9 @@ func (t *reactorHandler) shrinkIdle(p *pool, idle time.Duration) {
 // the pool lost an instance it should replace.
 func (t *reactorHandler) recycle(p *pool, in *instance, budget int64) (replace bool) {
 	if in.snap == nil {
+		if in.reusable {
+			in.learnFrom() // image.go
+		}
 		_ = in.mod.Close(context.Background())
 		return false
 	}
@@ -248,6 +251,9 @@ func (t *reactorHandler) retire(in *instance) {
 		if in.snap != nil {
 			p.out.Add(-1)
 		}
+	}
+	if in.reusable && in.snap == nil {
+		in.learnFrom() // image.go
 	}
 	_ = in.mod.Close(context.Background())
 }

@@ -82,6 +82,7 @@ type instance struct {
 	handle         api.Function
 	meter          *metering // nil for an unmetered module
 	snap           *snapshot // state after initialisation, for recycling (recycle.go); nil if not recyclable
+	from           *state    // the tool image it was loaded from or made (image.go); nil if none
 	recycled       int       // how many times reset put it back
 	reusable       bool      // its last call ended cleanly
 	acct           *limits.Account
@@ -115,8 +116,8 @@ func (t *reactorHandler) instantiate(ctx context.Context, env map[string]string,
 	in := &instance{acct: limits.NewAccount(t.memLimit), sleep: &sleeper{}, stdout: newSwitchWriter(stdout), stderr: newSwitchWriter(stderr)}
 	in.tables = newTableAccount(in.acct)
 	mc := t.moduleConfig(env, in.sleep).WithStdout(in.stdout).WithStderr(in.stderr)
-	var watch *hostWatch // image.go: may this instance's state become the image?
-	if img == nil && len(env) == 0 && t.imageable() && t.image.Load() == nil {
+	var watch *hostWatch // image.go: may this instance be reset to the image?
+	if img == nil && len(env) == 0 && t.imageable() {
 		watch = &hostWatch{}
 	}
 	var mod api.Module

@@ -3,6 +3,7 @@ package executor
 import (
 	"reflect"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/tetratelabs/wazero/api"
 
@@ -68,6 +69,11 @@ type state struct {
 	runs    []run         // its chunks that are not all zero, in order (nil when img holds them)
 	img     *limits.Image // the memory as a copy-on-write image, or nil
 	values  []uint64      // the mutable globals, in the order of the pass's exports
+	// ws is the pages calls of instances mapped from img wrote and read,
+	// made resident in every new instance (image.go); learnt counts the
+	// calls it was learnt from.
+	ws     atomic.Pointer[limits.WorkingSet]
+	learnt atomic.Int32
 }
 
 // snapshot is what an instance is reset to, and its handles to do it.
@@ -262,10 +268,11 @@ func (in *instance) load(st *state, globals []api.MutableGlobal) bool {
 	case int64(mem.Size()) != int64(st.memSize):
 		return false
 	case st.img != nil:
-		mapped, err := in.acct.MapImage(st.img) // copy-on-write: a mapping, or dropping dirty pages
+		mapped, seen, err := in.acct.MapImage(st.img, st.ws.Load()) // copy-on-write: a mapping, or putting back written pages
 		if err != nil {
 			return false
 		}
+		st.learn(seen)
 		if !mapped {
 			b, ok := mem.Read(0, mem.Size())
 			if !ok || !st.img.CopyTo(b) {

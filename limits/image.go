@@ -28,6 +28,48 @@ func NewImage(b []byte) (*Image, error) {
 	return newImage(b)
 }
 
+// WorkingSet is the pages (4 KiB, numbered from the start of the memory) a
+// call of an instance mapped from an image wrote and read: MapImage makes
+// them resident ahead of the next call (written pages as private copies),
+// so that call takes no page faults on them.
+type WorkingSet struct {
+	Write, Read []uint32 // ascending
+}
+
+// Union returns the pages in ws or o (nil when both are).
+func (ws *WorkingSet) Union(o *WorkingSet) *WorkingSet {
+	if ws == nil {
+		return o
+	}
+	if o == nil {
+		return ws
+	}
+	return &WorkingSet{Write: unionPages(ws.Write, o.Write), Read: unionPages(ws.Read, o.Read)}
+}
+
+// Pages returns how many pages ws names.
+func (ws *WorkingSet) Pages() int {
+	if ws == nil {
+		return 0
+	}
+	return len(ws.Write) + len(ws.Read)
+}
+
+func unionPages(a, b []uint32) []uint32 {
+	out := make([]uint32, 0, max(len(a), len(b)))
+	for len(a) > 0 || len(b) > 0 {
+		switch {
+		case len(b) == 0 || (len(a) > 0 && a[0] < b[0]):
+			out, a = append(out, a[0]), a[1:]
+		case len(a) == 0 || b[0] < a[0]:
+			out, b = append(out, b[0]), b[1:]
+		default:
+			out, a, b = append(out, a[0]), a[1:], b[1:]
+		}
+	}
+	return out
+}
+
 // Size returns the image's size in bytes.
 func (m *Image) Size() int { return m.size }
 

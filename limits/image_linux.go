@@ -5,6 +5,7 @@ package limits
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -60,6 +61,11 @@ func newImage(b []byte) (*Image, error) {
 // pageStep is the granularity at which zero pages are left out of the file.
 const pageStep = 4096
 
+// KeepPagesMax is the most written pages (1 MiB) a reset copies back and
+// keeps resident; an instance that wrote more has them all discarded, so
+// no instance holds more than that in private copies between calls.
+const KeepPagesMax = 256
+
 func allZeroPage(b []byte) bool {
 	for len(b) >= 8 {
 		if *(*uint64)(unsafe.Pointer(&b[0])) != 0 {
@@ -81,13 +87,134 @@ func (m *Image) close() error {
 
 // mapImage maps img over the first img.size bytes of b, which must lie in
 // memory reserveMemory mapped: private, so the instance's writes never
-// reach the image. If b already maps img, its dirty pages are discarded
-// instead (they read as the image again).
-func mapImage(b []byte, img *Image, remap bool) error {
-	if !remap {
-		return unix.Madvise(b[:img.size], unix.MADV_DONTNEED)
+// reach the image. If b already maps img (remap false), it is put back into
+// the image's state instead: the pages the instance wrote (its private
+// copies, found in /proc/self/pagemap) are copied back from the image and
+// stay resident, so the next call neither faults them in again nor the
+// pages it only reads (unless it wrote more than KeepPagesMax, or pagemap
+// cannot be read: then its written pages are discarded and read as the
+// image again). After a first mapping the pages of ws are populated (read,
+// or written: a private copy made now rather than by a fault in the guest).
+// It returns the working set b had before a reset (nil when not scanned).
+func mapImage(b []byte, img *Image, remap bool, ws *WorkingSet) (*WorkingSet, error) {
+	if remap {
+		if _, err := unix.MmapPtr(img.fd, 0, unsafe.Pointer(&b[0]), uintptr(img.size),
+			unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_FIXED|unix.MAP_NORESERVE); err != nil {
+			return nil, err
+		}
+		populate(b[:img.size], ws)
+		return nil, nil
 	}
-	_, err := unix.MmapPtr(img.fd, 0, unsafe.Pointer(&b[0]), uintptr(img.size),
-		unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_FIXED|unix.MAP_NORESERVE)
-	return err
+	seen, ok := copyBack(b[:img.size], img.view, false)
+	if !ok {
+		if err := unix.Madvise(b[:img.size], unix.MADV_DONTNEED); err != nil {
+			return nil, err
+		}
+		return nil, nil
+	}
+	return seen, nil
+}
+
+// scanImage returns the pages of b (mapping an image) written and read.
+func scanImage(b []byte, img *Image) *WorkingSet {
+	ws, _ := copyBack(b[:img.size], nil, true)
+	return ws
+}
+
+// Page-map entry bits (Documentation/admin-guide/mm/pagemap.rst).
+const (
+	pmPresent = 1 << 63
+	pmSwapped = 1 << 62
+	pmFile    = 1 << 61 // file page or shared anonymous: here, an image page not written
+)
+
+var pagemap struct {
+	once sync.Once
+	fd   int // -1: not readable
+}
+
+func pagemapFD() int {
+	pagemap.once.Do(func() {
+		fd, err := unix.Open("/proc/self/pagemap", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			fd = -1
+		}
+		pagemap.fd = fd
+	})
+	return pagemap.fd
+}
+
+var entryBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// copyBack copies the image (view) over every page of b that the instance
+// wrote — a page of a private file mapping that was written is an anonymous
+// copy (present or swapped, not a file page); every other page still reads
+// as the image. It reports false, having changed nothing, when the page map
+// cannot be read.
+func copyBack(b, view []byte, scanOnly bool) (*WorkingSet, bool) {
+	fd := pagemapFD()
+	if fd < 0 || len(b)%pageStep != 0 {
+		return nil, false
+	}
+	pages := len(b) / pageStep
+	bp := entryBufs.Get().(*[]byte)
+	defer entryBufs.Put(bp)
+	if cap(*bp) < pages*8 {
+		*bp = make([]byte, pages*8)
+	}
+	buf := (*bp)[:pages*8]
+	off := int64(uintptr(unsafe.Pointer(&b[0]))/pageStep) * 8
+	for got := 0; got < len(buf); {
+		n, err := unix.Pread(fd, buf[got:], off+int64(got))
+		if err != nil || n <= 0 {
+			return nil, false
+		}
+		got += n
+	}
+	ws := &WorkingSet{}
+	for p := 0; p < pages; p++ {
+		e := *(*uint64)(unsafe.Pointer(&buf[p*8]))
+		switch {
+		case e&(pmPresent|pmSwapped) == 0:
+		case e&pmFile != 0:
+			ws.Read = append(ws.Read, uint32(p))
+		default:
+			ws.Write = append(ws.Write, uint32(p))
+		}
+	}
+	if scanOnly {
+		return ws, true
+	}
+	if len(ws.Write) > KeepPagesMax {
+		return ws, false // the caller discards them all
+	}
+	for _, p := range ws.Write {
+		copy(b[int(p)*pageStep:int(p+1)*pageStep], view[int(p)*pageStep:])
+	}
+	return ws, true
+}
+
+// populate makes ws's pages of b resident: its written pages as private
+// copies (MADV_POPULATE_WRITE, one system call per run of pages), its read
+// pages mapped from the image. Failures are ignored: the guest then faults
+// the pages in itself.
+func populate(b []byte, ws *WorkingSet) {
+	if ws == nil {
+		return
+	}
+	each := func(pages []uint32, advice int) {
+		for i := 0; i < len(pages); {
+			j := i + 1
+			for j < len(pages) && pages[j] == pages[j-1]+1 {
+				j++
+			}
+			lo, hi := int(pages[i])*pageStep, int(pages[j-1]+1)*pageStep
+			if hi <= len(b) {
+				_ = unix.Madvise(b[lo:hi], advice)
+			}
+			i = j
+		}
+	}
+	each(ws.Write, unix.MADV_POPULATE_WRITE)
+	each(ws.Read, unix.MADV_POPULATE_READ)
 }

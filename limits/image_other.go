@@ -6,8 +6,15 @@ import "errors"
 
 var errImageSize = errors.New("limits: an image must be a whole number of Wasm pages")
 
+// KeepPagesMax is the most written pages a reset keeps resident (Linux).
+const KeepPagesMax = 256
+
 func newImage([]byte) (*Image, error) { return nil, nil }
 
 func (m *Image) close() error { return nil }
 
-func mapImage([]byte, *Image, bool) error { return errors.ErrUnsupported }
+func mapImage([]byte, *Image, bool, *WorkingSet) (*WorkingSet, error) {
+	return nil, errors.ErrUnsupported
+}
+
+func scanImage([]byte, *Image) *WorkingSet { return nil }

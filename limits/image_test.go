@@ -45,7 +45,7 @@ func TestImageCopyOnWrite(t *testing.T) {
 	for i := range buf {
 		buf[i] = 0xEE // what instantiation wrote: dropped by the mapping
 	}
-	if ok, err := a.MapImage(img); !ok || err != nil {
+	if ok, _, err := a.MapImage(img, nil); !ok || err != nil {
 		t.Fatalf("MapImage = %v, %v", ok, err)
 	}
 	if !bytes.Equal(buf, src) {
@@ -55,28 +55,32 @@ func TestImageCopyOnWrite(t *testing.T) {
 	if !img.CopyTo(got) || !bytes.Equal(got, src) {
 		t.Fatal("a write to an instance's memory reached the image")
 	}
-	if ok, err := a.MapImage(img); !ok || err != nil {
+	ok, seen, err := a.MapImage(img, nil)
+	if !ok || err != nil {
 		t.Fatalf("second MapImage = %v, %v", ok, err)
 	}
 	if !bytes.Equal(buf, src) {
-		t.Fatal("the memory does not read as the image after its writes were discarded")
+		t.Fatal("the memory does not read as the image after its writes were put back")
+	}
+	if seen == nil || !slicesEqual(seen.Write, []uint32{0, 16, 32}) {
+		t.Fatalf("the reset saw written pages %v, want [0 16 32]", seen)
 	}
 	// Growth past the image keeps the image's part and zeroes the rest.
 	buf = lm.Reallocate(4 * PageSize)
 	if !bytes.Equal(buf[:3*PageSize], src) || !bytes.Equal(buf[3*PageSize:], make([]byte, PageSize)) {
 		t.Fatal("growth after mapping changed the memory")
 	}
-	if ok, _ := a.MapImage(img); ok {
+	if ok, _, _ := a.MapImage(img, nil); ok {
 		t.Fatal("MapImage accepted a memory of another size")
 	}
 	lm.Free()
-	if ok, _ := a.MapImage(img); ok {
+	if ok, _, _ := a.MapImage(img, nil); ok {
 		t.Fatal("MapImage mapped into freed memory")
 	}
 	a2 := NewAccount(64 * MiB)
 	a2.Allocator().Allocate(0, 16*PageSize).Reallocate(3 * PageSize)
 	img.Close()
-	if ok, err := a2.MapImage(img); ok || err != nil {
+	if ok, _, err := a2.MapImage(img, nil); ok || err != nil {
 		t.Fatalf("MapImage of a closed image = %v, %v", ok, err)
 	}
 	if img.CopyTo(got) {
@@ -102,7 +106,7 @@ func TestImageSharedPages(t *testing.T) {
 		a := NewAccount(64 * MiB)
 		lm := a.Allocator().Allocate(0, 16*PageSize)
 		b := lm.Reallocate(16 * PageSize)
-		if ok, err := a.MapImage(img); !ok || err != nil {
+		if ok, _, err := a.MapImage(img, nil); !ok || err != nil {
 			t.Fatal(ok, err)
 		}
 		var sum int
@@ -161,4 +165,77 @@ func smapsOf(t *testing.T, addr uintptr) map[string]int {
 		t.Fatalf("no mapping at %#x", addr)
 	}
 	return f
+}
+
+func slicesEqual(a, b []uint32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestImageResetRandomWrites: whatever pages an instance writes (any byte
+// of any page, many rounds), a reset makes the whole memory read as the
+// image again, and the working set it reports, populated into another
+// instance, is resident there without changing what it reads.
+func TestImageResetRandomWrites(t *testing.T) {
+	const pages = 64 // 256 KiB of 4 KiB pages, 4 Wasm pages
+	src := make([]byte, pages*4096)
+	for i := range src {
+		if (i/4096)%3 != 0 { // a third of the pages zero (holes in the memfd)
+			src[i] = byte(i*31 + 7)
+		}
+	}
+	img, err := NewImage(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer img.Close()
+	a := NewAccount(64 * MiB)
+	lm := a.Allocator().Allocate(0, 16*PageSize)
+	buf := lm.Reallocate(uint64(len(src)))
+	if ok, _, err := a.MapImage(img, nil); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	rng := uint64(1)
+	next := func() uint64 { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return rng }
+	var learned *WorkingSet
+	for round := 0; round < 50; round++ {
+		for n := int(next() % 20); n > 0; n-- {
+			buf[next()%uint64(len(buf))] ^= byte(next()%255 + 1)
+		}
+		_ = buf[next()%uint64(len(buf))] // a read
+		ok, seen, err := a.MapImage(img, nil)
+		if !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		if !bytes.Equal(buf, src) {
+			t.Fatalf("round %d: the memory differs from the image after a reset", round)
+		}
+		learned = learned.Union(seen)
+	}
+	t.Logf("learned working set: %d written, %d read pages", len(learned.Write), len(learned.Read))
+	if len(learned.Write) == 0 {
+		t.Fatal("no written page was seen")
+	}
+	b := NewAccount(64 * MiB)
+	lb := b.Allocator().Allocate(0, 16*PageSize)
+	bb := lb.Reallocate(uint64(len(src)))
+	if ok, _, err := b.MapImage(img, learned); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	f := smapsOf(t, uintptr(unsafe.Pointer(&bb[0])))
+	if want := len(learned.Write) * 4; f["Private_Dirty"] < want {
+		t.Errorf("populated instance: Private_Dirty %d kB, want at least the %d kB written", f["Private_Dirty"], want)
+	}
+	if !bytes.Equal(bb, src) {
+		t.Fatal("populating changed what the memory reads")
+	}
+	lm.Free()
+	lb.Free()
 }

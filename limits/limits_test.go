@@ -132,3 +132,52 @@ func TestWatchdogExpiredWithoutTimer(t *testing.T) {
 		t.Fatal("a nil watchdog expired")
 	}
 }
+
+// A watchdog from AcquireWatchdog tells its Exceeder once the budget is
+// spent, and after Release it holds no Exceeder; acquired again it carries
+// nothing of its previous use: a new budget of 0 never fires, even when the
+// previous use's timer runs late.
+func TestAcquireWatchdog(t *testing.T) {
+	if !Supported() {
+		t.Skip("no per-thread CPU clock")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	clock := CurrentThread()
+	x := &countExceeder{}
+	w := AcquireWatchdog(clock, 5*time.Millisecond, x)
+	spin(8*time.Millisecond, clock)
+	if !w.Expired() {
+		t.Fatal("not expired after spending the budget")
+	}
+	if _, exceeded := w.Stop(); !exceeded || x.n.Load() != 1 {
+		t.Fatalf("exceeded %v, Exceeder told %d times", exceeded, x.n.Load())
+	}
+	w.Release()
+	if w.exceeder != nil {
+		t.Fatal("a released watchdog keeps its Exceeder")
+	}
+	// The next use, with no budget: the old timer firing (as a late one
+	// would) must not tell the new Exceeder.
+	y := &countExceeder{}
+	w2 := AcquireWatchdog(clock, 0, y)
+	w2.check()
+	spin(2*time.Millisecond, clock)
+	if w2.Expired() || y.n.Load() != 0 {
+		t.Fatalf("a watchdog without a budget expired (told %d times)", y.n.Load())
+	}
+	if used, exceeded := w2.Stop(); exceeded || used < time.Millisecond {
+		t.Fatalf("used %v, exceeded %v", used, exceeded)
+	}
+	w2.Release()
+	defer func() {
+		if recover() == nil {
+			t.Error("Release of a running watchdog did not panic")
+		}
+	}()
+	AcquireWatchdog(clock, time.Hour, y).Release()
+}
+
+type countExceeder struct{ n atomic.Int32 }
+
+func (c *countExceeder) CPUExceeded(time.Duration) { c.n.Add(1) }

@@ -169,34 +169,54 @@ func (m *linearMemory) Free() {
 
 // MapImage makes the first img.Size() bytes of the account's linear memory
 // read as img, copy-on-write: the first time it maps the image over them
-// (whatever they held is dropped), later it discards the pages written
-// since (they read as the image again). The memory must be exactly the
-// image's size.
+// (whatever they held is dropped) and makes ws's pages resident (nil:
+// none), so the guest does not fault them in itself; later it puts back the
+// pages written since (copied from the image and kept resident, or
+// discarded so they read as the image again). The memory must be exactly the image's size.
+// It returns the pages the instance had written and read since the last
+// MapImage, when it could see them (nil otherwise).
 //
 // It returns false and nil, changing nothing, where mapping is impossible
 // (no image support, memory on the Go heap, another size): the caller may
 // copy the image instead. An error means the kernel refused the mapping
 // and the memory may no longer be mapped at all: the instance must be
 // closed without running or touching its memory again.
-func (a *Account) MapImage(img *Image) (bool, error) {
+func (a *Account) MapImage(img *Image, ws *WorkingSet) (bool, *WorkingSet, error) {
 	m := a.mem.Load()
 	if m == nil || img == nil {
-		return false, nil
+		return false, nil, nil
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.mmaped || m.free == nil || len(m.buf) != img.size || img.size == 0 {
-		return false, nil
+		return false, nil, nil
 	}
-	img.mu.RLock() // its fd stays open (and is not reused) while mapping
+	img.mu.RLock() // its fd and view stay (and the fd is not reused) while mapping
 	defer img.mu.RUnlock()
 	if img.closed {
-		return false, nil
+		return false, nil, nil
 	}
-	if err := mapImage(m.buf, img, m.image != img); err != nil {
+	seen, err := mapImage(m.buf, img, m.image != img, ws)
+	if err != nil {
 		m.image = nil
-		return false, err
+		return false, nil, err
 	}
 	m.image = img
-	return true, nil
+	return true, seen, nil
+}
+
+// ImageWorkingSet returns the pages of the account's memory, mapped from
+// img, that were written and read since it was mapped or last reset (nil
+// when it does not map img or the page map cannot be read).
+func (a *Account) ImageWorkingSet(img *Image) *WorkingSet {
+	m := a.mem.Load()
+	if m == nil || img == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.image != img || m.free == nil || len(m.buf) < img.size {
+		return nil
+	}
+	return scanImage(m.buf, img)
 }
