@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // errToolClosing is the cause a call's context carries when the tool was
@@ -23,14 +24,17 @@ var errToolClosing = errors.New("the tool was closed during the call")
 // Every call enters and leaves it, so it takes no lock all calls share: a
 // call counts itself (running +1) before it checks closing and shut sets
 // closing before it reads running (sequentially consistent atomics: either
-// shut waits for the call or the call sees the shut), and a call's context
-// is hooked to one of gateShards stop contexts in turn, so the calls do not
-// all queue on one context's mutex (context.AfterFunc locks it on hook and
-// unhook).
+// shut waits for the call or the call sees the shut). A running call sees
+// closing at its context's next Err (callctx.go: the fuel meter reads it at
+// every refill, fuel.Check at every host call); a call that waits on its
+// context (Done, AfterFunc) is hooked onto one of gateShards stop
+// contexts, which shut cancels, so the calls do not all queue on one
+// context's mutex (context.AfterFunc locks it on hook and unhook).
 type callGate struct {
 	running atomic.Int64
+	_       [56]byte // running is written by every call; closing is read at every host call
 	closing atomic.Bool
-	next    atomic.Uint32 // the shard of the next call
+	next    atomic.Uint32 // the shard of the next call that waits on its context
 
 	once    sync.Once
 	stops   [gateShards]context.Context // done once closing
@@ -50,21 +54,18 @@ func (g *callGate) init() {
 	})
 }
 
-// enter registers a call and returns ctx, canceled when the tool closes;
-// false once shut began. The caller must call the returned leave.
-func (g *callGate) enter(ctx context.Context) (context.Context, func(), bool) {
+// enter registers a call and returns its context (callctx.go): ended when
+// ctx ends, when the tool closes, and timeout after now when ctx has no
+// deadline (0: no default timeout); false once shut began. The caller must
+// call the context's release when the call ends.
+func (g *callGate) enter(ctx context.Context, timeout time.Duration) (*callCtx, bool) {
 	g.running.Add(1)
 	if g.closing.Load() {
 		g.leave()
-		return ctx, nil, false
+		return nil, false
 	}
 	g.init()
-	stop := g.stops[g.next.Add(1)%gateShards]
-	ctx, cancel := context.WithCancelCause(ctx)
-	// A stop already done (shut ran since the check above) runs the hook
-	// at once: the call is cancelled, and shut waits for it to leave.
-	unhook := context.AfterFunc(stop, func() { cancel(errToolClosing) })
-	return ctx, func() { unhook(); cancel(nil); g.leave() }, true
+	return newCallCtx(ctx, g, timeout), true
 }
 
 func (g *callGate) leave() {

@@ -33,8 +33,11 @@ func TestContextJSONMatchesMarshal(t *testing.T) {
 				if got := contextJSON(&cc, env); string(got) != string(want) {
 					t.Fatalf("contextJSON(%+v, %v) = %s, want %s", cc, env, got, want)
 				}
-				if _, ok := appendContextJSON(nil, &cc, validRaw(cc.Settings), env); ok {
+				if b, ok := appendContextJSON(nil, &cc, validRaw(cc.Settings), env); ok {
 					n++
+					if cap(b) != len(b) { // sized exactly: one allocation
+						t.Fatalf("appendContextJSON(%+v, %v): %d bytes in a buffer of %d", cc, env, len(b), cap(b))
+					}
 				}
 			}
 		}

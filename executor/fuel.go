@@ -37,7 +37,8 @@ import (
 // metering is one instance's fuel meter, or nil for an unmetered module.
 type metering struct {
 	m     *fuel.Meter
-	start int64 // the budget the current call started with
+	start int64  // the budget the current call started with
+	end   func() // begin's done: the meter forgets the call's watchdog
 }
 
 func newMetering(mod api.Module) (*metering, error) {
@@ -45,7 +46,9 @@ func newMetering(mod api.Module) (*metering, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &metering{m: m}, nil
+	mt := &metering{m: m}
+	mt.end = func() { mt.m.SetPoll(nil) }
+	return mt, nil
 }
 
 // begin prepares a call into the instance under ctx: budget units of fuel
@@ -62,11 +65,11 @@ func (mt *metering) begin(ctx context.Context, budget int64) (context.Context, f
 	mt.start = budget
 	mt.m.Set(budget)
 	if wd, _ := ctx.Value(watchdogKey{}).(*limits.Watchdog); wd != nil {
-		mt.m.SetPoll(wd.Expired)
+		mt.m.SetPoll(wd.Poll())
 	} else {
 		mt.m.SetPoll(nil)
 	}
-	return mt.m.Context(ctx), func() {}
+	return mt.m.Context(ctx), mt.end
 }
 
 // watchdogKey carries the CPU watchdog of the call (Tool.guard) to

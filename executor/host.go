@@ -68,12 +68,14 @@ const (
 type invocation struct {
 	tool    *Tool
 	input   []byte
-	context []byte
+	cc      CallContext       // the caller's context (contextDoc)
+	env     map[string]string // the declared env values of the call
 	acct    *limits.Account
 	secrets map[string]string
 	config  map[string][]byte
 
 	mu        sync.Mutex
+	context   []byte // the context document, once contextDoc made it
 	output    []byte
 	outputSet bool
 	declared  *declaredError
@@ -103,6 +105,17 @@ type invocationKey struct{}
 func invocationFrom(ctx context.Context) *invocation {
 	inv, _ := ctx.Value(invocationKey{}).(*invocation)
 	return inv
+}
+
+// contextDoc returns the call's context document (contextJSON), made on
+// first use.
+func (inv *invocation) contextDoc() []byte {
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	if inv.context == nil {
+		inv.context = contextJSON(&inv.cc, inv.env)
+	}
+	return inv.context
 }
 
 // fail records msg as the last error and returns errno.
@@ -190,7 +203,7 @@ func (t *Tool) instantiateHost(ctx context.Context, r wazero.Runtime) error {
 		}
 	}
 	def(abi.FnInputRead, readValue(func(inv *invocation) []byte { return inv.input }))
-	def(abi.FnContextRead, readValue(func(inv *invocation) []byte { return inv.context }))
+	def(abi.FnContextRead, readValue((*invocation).contextDoc))
 	def(abi.FnOutputSet, func(ctx context.Context, mod api.Module, stack []uint64) {
 		inv := invocationFrom(ctx)
 		if inv == nil {

@@ -157,17 +157,25 @@ type Result struct {
 // output. On failure the error is a *toolerr.Error; the Result is still
 // returned with the usage when the guest ran, and is nil otherwise.
 func (t *Tool) Invoke(ctx context.Context, req Request) (*Result, error) {
+	if t.exec.cfg.observer != nil {
+		return t.invokeObserved(ctx, req)
+	}
+	// Without an observer nothing keeps req: it stays on the stack.
 	start := time.Now()
-	if req.CallID == "" && t.exec.cfg.observer != nil {
+	res, err := t.invoke(ctx, &req, nil)
+	return t.finish(res, err, start)
+}
+
+// invokeObserved is Invoke with the lifecycle events.
+func (t *Tool) invokeObserved(ctx context.Context, req Request) (*Result, error) {
+	start := time.Now()
+	if req.CallID == "" {
 		req.CallID = NewCallID()
 	}
 	t.observe(CallEvent{Phase: PhasePending, CallID: req.CallID, Context: &req.Context})
-	res, err := t.invoke(ctx, &req)
-	if res != nil {
-		res.Usage.WallMs = round3(float64(time.Since(start)) / float64(time.Millisecond))
-	}
+	res, err := t.invoke(ctx, &req, &req.Context)
+	res, err = t.finish(res, err, start)
 	if err != nil {
-		err = toolerr.As(err).WithTool(t.ID())
 		t.observe(CallEvent{Phase: PhaseFailed, CallID: req.CallID, Context: &req.Context, Input: req.validated, Result: res, Err: err})
 		return res, err
 	}
@@ -175,21 +183,31 @@ func (t *Tool) Invoke(ctx context.Context, req Request) (*Result, error) {
 	return res, nil
 }
 
-func (t *Tool) invoke(ctx context.Context, req *Request) (*Result, error) {
-	ctx, leave, ok := t.calls.enter(ctx)
+// finish sets the call's wall time and names the tool in its error.
+func (t *Tool) finish(res *Result, err error, start time.Time) (*Result, error) {
+	if res != nil {
+		res.Usage.WallMs = round3(float64(time.Since(start)) / float64(time.Millisecond))
+	}
+	if err != nil {
+		return res, toolerr.As(err).WithTool(t.ID())
+	}
+	return res, nil
+}
+
+// invoke runs the call of req; observed is the context the observer's
+// events carry (nil: no observer).
+func (t *Tool) invoke(ctx context.Context, req *Request, observed *CallContext) (*Result, error) {
+	// The call's context (callctx.go): ended by ctx, by Close and by the
+	// default timeout when ctx sets no deadline.
+	c, ok := t.calls.enter(ctx, t.exec.cfg.defaultTimeout)
 	if !ok || t.closed.Load() {
 		if ok {
-			leave()
+			c.release()
 		}
 		return nil, toolerr.New(toolerr.Internal, "tool %s is closed", t.ID())
 	}
-	defer leave()
-	if _, ok := ctx.Deadline(); !ok && t.exec.cfg.defaultTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, t.exec.cfg.defaultTimeout)
-		defer cancel()
-	}
-	if err := ctx.Err(); err != nil {
+	defer c.release()
+	if err := c.Err(); err != nil {
 		return nil, toolerr.As(err)
 	}
 	// Validation holds host memory for the call: it is bounded by the
@@ -199,16 +217,20 @@ func (t *Tool) invoke(ctx context.Context, req *Request) (*Result, error) {
 		return nil, err
 	}
 	req.validated = input
-	t.observe(CallEvent{Phase: PhaseInProgress, CallID: req.CallID, Context: &req.Context, Input: input})
+	if observed != nil {
+		t.observe(CallEvent{Phase: PhaseInProgress, CallID: req.CallID, Context: observed, Input: input})
+	}
 	env, cfgValues, err := t.resolveNeeds(&req.Context)
 	if err != nil {
 		return nil, err
 	}
-	inv := &invocation{tool: t, input: input, context: contextJSON(&req.Context, env), config: cfgValues, secrets: t.declaredSecrets(req.Context.Secrets)}
+	// The context document is made when the guest first reads it
+	// (invocation.contextDoc): most calls never do.
+	inv := &invocation{tool: t, input: input, cc: req.Context, env: env, config: cfgValues, secrets: t.declaredSecrets(req.Context.Secrets)}
 	if err := inv.checkSecrets(); err != nil { // egress.go: before any guest starts
 		return nil, err
 	}
-	out := t.h.run(ctx, inv, env)
+	out := t.h.run(c, inv, env)
 	res := &Result{Usage: Usage{CPUMs: round3(float64(out.cpu) / float64(time.Millisecond)), PeakMemMB: round2(float64(out.peak) / limits.MiB), Fuel: out.fuel}}
 	res.Egress = inv.egressAttempts() // egress.go
 	if out.err != nil {
@@ -285,9 +307,25 @@ var errOutputCap = errors.New("output over memory budget")
 func (t *Tool) guard(ctx context.Context, fn func(ctx context.Context, cancel context.CancelCauseFunc) error) (cpu time.Duration, err error, cause error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	budget := time.Duration(t.limits.cpuMs) * time.Millisecond
+	if c, ok := ctx.(*callCtx); ok && c.guarded.CompareAndSwap(false, true) {
+		// A call's own context (callctx.go) is the guarded one: the
+		// watchdog and fn's cancel end the call, which is what ending a
+		// context derived for the guard came to (the call fails with what
+		// classify makes of the cause), without deriving one. The
+		// watchdog comes from a free list; it holds nothing of the call
+		// once released.
+		wd := limits.AcquireWatchdog(limits.CurrentThread(), budget, c)
+		c.wd.Store(wd)
+		err = fn(c, c.cancelCause)
+		cpu, _ = wd.Stop()
+		c.wd.Store(nil)
+		wd.Release()
+		c.guarded.Store(false)
+		return cpu, err, c.causeErr()
+	}
 	gctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	budget := time.Duration(t.limits.cpuMs) * time.Millisecond
 	wd := limits.StartWatchdog(limits.CurrentThread(), budget, func(time.Duration) { cancel(errCPUExceeded) })
 	// The fuel meter also asks the watchdog at every refill (fuel.go), so
 	// the budget holds even when the watchdog's timer runs late.

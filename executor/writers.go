@@ -252,26 +252,31 @@ func appendContextJSON(b []byte, cc *CallContext, settings json.RawMessage, env 
 		names = append(names, k)
 	}
 	slices.Sort(names)
-	field := func(name, v string, always bool) {
-		if v == "" && !always {
-			return
+	if b == nil { // one allocation of the exact size
+		n := len(`{"tenantId":"","runId":"","env":{}}`) + len(cc.TenantID) + len(cc.RunID)
+		for _, f := range [...]struct{ name, v string }{{"requestId", cc.RequestID}, {"projectId", cc.ProjectID}, {"orgId", cc.OrgID}, {"idempotencyKey", cc.IdempotencyKey}} {
+			if f.v != "" {
+				n += len(`,"":""`) + len(f.name) + len(f.v)
+			}
 		}
-		if len(b) > 1 {
-			b = append(b, ',')
+		for _, k := range names {
+			n += len(`,"":""`) + len(k) + len(env[k])
 		}
-		b = append(b, '"')
-		b = append(b, name...)
-		b = append(b, `":"`...)
-		b = append(b, v...)
-		b = append(b, '"')
+		if len(names) > 0 {
+			n-- // the first entry has no comma
+		}
+		if env == nil {
+			n += len("null") - len("{}")
+		}
+		b = make([]byte, 0, n)
 	}
 	b = append(b, '{')
-	field("tenantId", cc.TenantID, true)
-	field("runId", cc.RunID, true)
-	field("requestId", cc.RequestID, false)
-	field("projectId", cc.ProjectID, false)
-	field("orgId", cc.OrgID, false)
-	field("idempotencyKey", cc.IdempotencyKey, false)
+	b = appendField(b, "tenantId", cc.TenantID, true)
+	b = appendField(b, "runId", cc.RunID, true)
+	b = appendField(b, "requestId", cc.RequestID, false)
+	b = appendField(b, "projectId", cc.ProjectID, false)
+	b = appendField(b, "orgId", cc.OrgID, false)
+	b = appendField(b, "idempotencyKey", cc.IdempotencyKey, false)
 	if env == nil {
 		return append(b, `,"env":null}`...), true
 	}
@@ -287,6 +292,22 @@ func appendContextJSON(b []byte, cc *CallContext, settings json.RawMessage, env 
 		b = append(b, '"')
 	}
 	return append(b, "}}"...), true
+}
+
+// appendField appends "name":"v" to the object b has open (a comma first
+// unless it is the first member); an empty v is left out unless always.
+func appendField(b []byte, name, v string, always bool) []byte {
+	if v == "" && !always {
+		return b
+	}
+	if len(b) > 1 {
+		b = append(b, ',')
+	}
+	b = append(b, '"')
+	b = append(b, name...)
+	b = append(b, `":"`...)
+	b = append(b, v...)
+	return append(b, '"')
 }
 
 // plainJSONString reports whether json.Marshal writes s as is between

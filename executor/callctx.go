@@ -1,0 +1,214 @@
+package executor
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sandboxd/sandboxd/limits"
+)
+
+// callCtx is the context one call runs under, from Tool.invoke to its end.
+// Four things end it, as they ended the chain of contexts it replaces (the
+// call gate's WithCancelCause and AfterFunc, WithTimeout for the default
+// timeout, Tool.guard's WithCancelCause and its watchdog value): the
+// caller's context, the tool's Close (callGate), the default timeout when
+// the caller set no deadline, and the guest's CPU watchdog or a handler
+// (Tool.guard's cancel). That chain cost 19 allocations and 1.6 KB a call
+// and registered every call with a stop context and a timer; a callCtx is
+// one allocation and registers nothing until someone waits for it:
+//
+//   - Err checks the caller's context, the gate and the clock itself (the
+//     fuel meter reads Err at every refill and fuel.Check at every host
+//     call, so a running guest stops as before);
+//   - the first Done or AfterFunc (a WASI sleep, an HTTP request, wazero's
+//     close-on-context-done) hooks the call onto the caller's context, a
+//     gate stop context and a deadline timer, so a waiter is woken as
+//     before.
+//
+// Err, Done, Deadline and Value keep the context.Context contract; cause is
+// context.Cause's answer for the context the chain ended in.
+type callCtx struct {
+	parent   context.Context
+	gate     *callGate
+	deadline time.Time
+	dl       bool // a deadline (the parent's or the default timeout)
+	own      bool // the deadline is the default timeout's: Err reads the clock for it
+
+	ended   atomic.Bool                     // err is set
+	guarded atomic.Bool                     // a Tool.guard runs on it
+	wd      atomic.Pointer[limits.Watchdog] // the running guard's (Value(watchdogKey{}))
+
+	mu     sync.Mutex
+	err    error
+	cause  error
+	done   chan struct{} // made by the first Done or AfterFunc
+	armed  bool
+	hooks  []*afterHook
+	unhook []func() bool // the parent's and the gate's AfterFunc
+	timer  *time.Timer   // the default timeout's, once armed
+}
+
+type afterHook struct{ f func() }
+
+// newCallCtx is the context of a call entering g under parent; timeout is
+// the deadline it gets when parent has none (0: none).
+func newCallCtx(parent context.Context, g *callGate, timeout time.Duration) *callCtx {
+	c := &callCtx{parent: parent, gate: g}
+	if d, ok := parent.Deadline(); ok {
+		c.deadline, c.dl = d, true
+	} else if timeout > 0 {
+		c.deadline, c.dl, c.own = time.Now().Add(timeout), true, true
+	}
+	return c
+}
+
+func (c *callCtx) Deadline() (time.Time, bool) { return c.deadline, c.dl }
+
+// Err returns why the call ended, or nil. It notices the end of the
+// caller's context, a Close of the tool and the default timeout itself,
+// without waiting for anything to be signalled.
+func (c *callCtx) Err() error {
+	if !c.ended.Load() {
+		switch err := c.parent.Err(); {
+		case err != nil:
+			c.cancel(err, context.Cause(c.parent))
+		case c.gate.closing.Load():
+			c.cancel(context.Canceled, errToolClosing)
+		case c.own && !time.Now().Before(c.deadline):
+			c.cancel(context.DeadlineExceeded, context.DeadlineExceeded)
+		default:
+			return nil
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// causeErr returns the cause of the call's end (as context.Cause), or nil.
+func (c *callCtx) causeErr() error {
+	if c.Err() == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cause
+}
+
+func (c *callCtx) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.armLocked()
+	return c.done
+}
+
+func (c *callCtx) Value(key any) any {
+	if _, ok := key.(watchdogKey); ok {
+		if wd := c.wd.Load(); wd != nil {
+			return wd
+		}
+	}
+	return c.parent.Value(key)
+}
+
+// AfterFunc implements context's afterFuncer, so that a context derived
+// from the call's (context.WithCancel, context.AfterFunc) is hooked onto it
+// without a goroutine: f runs in its own goroutine once the call ended.
+func (c *callCtx) AfterFunc(f func()) (stop func() bool) {
+	h := &afterHook{f: f}
+	c.mu.Lock()
+	c.armLocked()
+	if c.err != nil {
+		c.mu.Unlock()
+		go f()
+		return func() bool { return false }
+	}
+	c.hooks = append(c.hooks, h)
+	c.mu.Unlock()
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if i := slices.Index(c.hooks, h); i >= 0 {
+			c.hooks = slices.Delete(c.hooks, i, i+1)
+			return true
+		}
+		return false
+	}
+}
+
+// armLocked makes the done channel and hooks the call onto what can end it
+// without an Err: the parent's end, the gate's stop context, the default
+// timeout's timer. c.mu is held.
+func (c *callCtx) armLocked() {
+	if c.armed {
+		return
+	}
+	c.armed = true
+	c.done = make(chan struct{})
+	if c.err != nil {
+		close(c.done)
+		return
+	}
+	// Each hook runs in a goroutine of its own (context.AfterFunc,
+	// time.AfterFunc), never under c.mu.
+	if c.parent.Done() != nil {
+		p := c.parent
+		c.unhook = append(c.unhook, context.AfterFunc(p, func() { c.cancel(p.Err(), context.Cause(p)) }))
+	}
+	g := c.gate
+	c.unhook = append(c.unhook, context.AfterFunc(g.stops[g.next.Add(1)%gateShards], func() { c.cancel(context.Canceled, errToolClosing) }))
+	if c.own {
+		c.timer = time.AfterFunc(time.Until(c.deadline), func() { c.cancel(context.DeadlineExceeded, context.DeadlineExceeded) })
+	}
+}
+
+// cancel ends the call with err and cause (nil: err), unless it ended.
+func (c *callCtx) cancel(err, cause error) {
+	if cause == nil {
+		cause = err
+	}
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err, c.cause = err, cause
+	c.ended.Store(true)
+	if c.done != nil {
+		close(c.done)
+	}
+	hooks := c.hooks
+	c.hooks = nil
+	c.mu.Unlock()
+	for _, h := range hooks {
+		go h.f()
+	}
+}
+
+// cancelCause is a guard's cancel function on the call's context.
+func (c *callCtx) cancelCause(cause error) { c.cancel(context.Canceled, cause) }
+
+// CPUExceeded implements limits.Exceeder: the guard's watchdog ends the
+// call.
+func (c *callCtx) CPUExceeded(time.Duration) { c.cancel(context.Canceled, errCPUExceeded) }
+
+// release ends the call (context.Canceled, as the chain's last cancel did),
+// unhooks it from what it was hooked onto and leaves the gate. It runs
+// once, when Tool.invoke returns.
+func (c *callCtx) release() {
+	c.cancel(context.Canceled, nil)
+	c.mu.Lock()
+	unhook, timer := c.unhook, c.timer
+	c.unhook, c.timer = nil, nil
+	c.mu.Unlock()
+	for _, stop := range unhook {
+		stop()
+	}
+	if timer != nil {
+		timer.Stop()
+	}
+	c.gate.leave()
+}

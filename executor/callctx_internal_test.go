@@ -1,0 +1,182 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// enterCall enters a fresh gate (as Tool.invoke does) under parent.
+func enterCall(t *testing.T, parent context.Context, timeout time.Duration) (*callGate, *callCtx) {
+	t.Helper()
+	g := &callGate{}
+	c, ok := g.enter(parent, timeout)
+	if !ok {
+		t.Fatal("enter refused on an open gate")
+	}
+	return g, c
+}
+
+// waitDone fails t unless ch closes within 5 s.
+func waitDone(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: not done after 5 s", what)
+	}
+}
+
+// A call's context ends for each of the four reasons the chain it replaced
+// ended for, with the same Err and cause, whether or not anyone waits on
+// Done: seen at Err without Done, and signalled to a waiter.
+func TestCallCtxEnds(t *testing.T) {
+	errMine := errors.New("caller's cause")
+	cases := []struct {
+		name      string
+		end       func(parent context.CancelCauseFunc, g *callGate, c *callCtx)
+		timeout   time.Duration
+		err       error
+		cause     error
+		waitClock bool // ends by itself (the default timeout)
+	}{
+		{"caller cancels", func(p context.CancelCauseFunc, _ *callGate, _ *callCtx) { p(errMine) }, 0, context.Canceled, errMine, false},
+		{"tool closes", func(_ context.CancelCauseFunc, g *callGate, _ *callCtx) { g.shut() }, 0, context.Canceled, errToolClosing, false},
+		{"default timeout", func(context.CancelCauseFunc, *callGate, *callCtx) {}, 30 * time.Millisecond, context.DeadlineExceeded, context.DeadlineExceeded, true},
+		{"watchdog", func(_ context.CancelCauseFunc, _ *callGate, c *callCtx) { c.CPUExceeded(time.Second) }, 0, context.Canceled, errCPUExceeded, false},
+		{"handler cancel", func(_ context.CancelCauseFunc, _ *callGate, c *callCtx) { c.cancelCause(errOutputCap) }, 0, context.Canceled, errOutputCap, false},
+	}
+	for _, tc := range cases {
+		for _, waiter := range []bool{false, true} {
+			name := tc.name + "/polled"
+			if waiter {
+				name = tc.name + "/waited"
+			}
+			t.Run(name, func(t *testing.T) {
+				parent, cancel := context.WithCancelCause(context.Background())
+				defer cancel(nil)
+				g, c := enterCall(t, parent, tc.timeout)
+				if err := c.Err(); err != nil {
+					t.Fatalf("Err before the end: %v", err)
+				}
+				var done <-chan struct{}
+				if waiter {
+					done = c.Done()
+				}
+				tc.end(cancel, g, c)
+				if waiter {
+					waitDone(t, done, "Done")
+				} else if tc.waitClock {
+					time.Sleep(40 * time.Millisecond)
+				}
+				if err := c.Err(); err != tc.err {
+					t.Fatalf("Err = %v, want %v", err, tc.err)
+				}
+				if cause := c.causeErr(); cause != tc.cause {
+					t.Fatalf("cause = %v, want %v", cause, tc.cause)
+				}
+				waitDone(t, c.Done(), "Done after the end")
+				c.release()
+				if n := g.running.Load(); n != 0 {
+					t.Fatalf("%d calls still counted after release", n)
+				}
+			})
+		}
+	}
+}
+
+// The deadline is the caller's when it has one (no default timeout then),
+// else the default timeout's, else none.
+func TestCallCtxDeadline(t *testing.T) {
+	d := time.Now().Add(time.Hour)
+	parent, cancel := context.WithDeadline(context.Background(), d)
+	defer cancel()
+	_, c := enterCall(t, parent, time.Millisecond)
+	if got, ok := c.Deadline(); !ok || !got.Equal(d) || c.own {
+		t.Fatalf("Deadline() = %v, %v (own %v), want the caller's %v", got, ok, c.own, d)
+	}
+	c.release()
+	_, c = enterCall(t, context.Background(), time.Minute)
+	if got, ok := c.Deadline(); !ok || time.Until(got) > time.Minute || time.Until(got) < 50*time.Second {
+		t.Fatalf("Deadline() = %v, %v, want about a minute from now", got, ok)
+	}
+	c.release()
+	_, c = enterCall(t, context.Background(), 0)
+	if _, ok := c.Deadline(); ok {
+		t.Fatal("a deadline without a timeout")
+	}
+	c.release()
+}
+
+// Contexts derived from a call's (what a host function's HTTP request or
+// egress session makes) end with it, through AfterFunc, and a stopped
+// AfterFunc never runs.
+func TestCallCtxDerived(t *testing.T) {
+	_, c := enterCall(t, context.Background(), 0)
+	child, cancelChild := context.WithCancel(context.WithValue(c, invocationKey{}, &invocation{}))
+	defer cancelChild()
+	direct, cancelDirect := context.WithCancel(c) // hooked through callCtx.AfterFunc
+	defer cancelDirect()
+	ran := make(chan struct{})
+	context.AfterFunc(c, func() { close(ran) })
+	stopped := make(chan struct{}, 1)
+	stop := context.AfterFunc(c, func() { stopped <- struct{}{} })
+	if !stop() {
+		t.Fatal("stop of a pending AfterFunc returned false")
+	}
+	if child.Err() != nil || direct.Err() != nil {
+		t.Fatal("derived contexts ended early")
+	}
+	c.release()
+	waitDone(t, child.Done(), "child through WithValue")
+	waitDone(t, direct.Done(), "direct child")
+	waitDone(t, ran, "AfterFunc")
+	if !errors.Is(direct.Err(), context.Canceled) {
+		t.Fatalf("child Err %v", direct.Err())
+	}
+	select {
+	case <-stopped:
+		t.Fatal("a stopped AfterFunc ran")
+	case <-time.After(20 * time.Millisecond):
+	}
+	// After the end, a new AfterFunc runs at once.
+	late := make(chan struct{})
+	context.AfterFunc(c, func() { close(late) })
+	waitDone(t, late, "AfterFunc after the end")
+}
+
+// A call that never waits costs one allocation: its context. The chain it
+// replaced cost 19 and hooked every call onto a stop context and a timer.
+func TestCallCtxAllocations(t *testing.T) {
+	g := &callGate{}
+	ctx := context.Background()
+	allocs := testing.AllocsPerRun(1000, func() {
+		c, _ := g.enter(ctx, time.Minute)
+		_ = c.Err()
+		_ = c.Value(watchdogKey{})
+		c.release()
+	})
+	if allocs > 1 {
+		t.Fatalf("%.1f allocations per call, want 1", allocs)
+	}
+}
+
+// A closed gate refuses new calls; shut waits for the running one.
+func TestCallCtxShutWaits(t *testing.T) {
+	g, c := enterCall(t, context.Background(), 0)
+	idle := g.shut()
+	if _, ok := g.enter(context.Background(), 0); ok {
+		t.Fatal("enter accepted after shut")
+	}
+	select {
+	case <-idle:
+		t.Fatal("shut did not wait for the running call")
+	case <-time.After(10 * time.Millisecond):
+	}
+	if !errors.Is(c.Err(), context.Canceled) {
+		t.Fatalf("running call's Err %v after shut", c.Err())
+	}
+	c.release()
+	waitDone(t, idle, "shut after the last call")
+}
