@@ -6,7 +6,10 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"hash"
+	"slices"
 	"sort"
+	"strings"
+	"sync"
 
 	"github.com/sandboxd/sandboxd/abi"
 	"github.com/sandboxd/sandboxd/manifest"
@@ -149,10 +152,21 @@ var needsSalt = func() []byte {
 // warmKey returns the key of a call with env and inv's config and secrets;
 // the zero key for a tool that keeps no warm instances.
 func (t *reactorHandler) warmKey(env map[string]string, inv *invocation) needsKey {
-	var k needsKey
 	if t.idle == nil {
-		return k
+		return needsKey{}
 	}
+	if len(env) == 0 && len(inv.config) == 0 && len(inv.secrets) == 0 {
+		return emptyNeedsKey() // the same digest, made once
+	}
+	return needsDigest(env, inv.config, inv.secrets)
+}
+
+// emptyNeedsKey is the key of every call without env, config or secrets.
+var emptyNeedsKey = sync.OnceValue(func() needsKey { return needsDigest(nil, nil, nil) })
+
+// needsDigest hashes the salt, then env, config and secrets (writeMap).
+func needsDigest(env map[string]string, config map[string][]byte, secrets map[string]string) needsKey {
+	var k needsKey
 	h := sha256.New()
 	h.Write(needsSalt)
 	writeMap(h, 'e', len(env), func(yield func(string, []byte)) {
@@ -160,13 +174,13 @@ func (t *reactorHandler) warmKey(env map[string]string, inv *invocation) needsKe
 			yield(name, []byte(v))
 		}
 	})
-	writeMap(h, 'c', len(inv.config), func(yield func(string, []byte)) {
-		for name, v := range inv.config {
+	writeMap(h, 'c', len(config), func(yield func(string, []byte)) {
+		for name, v := range config {
 			yield(name, v)
 		}
 	})
-	writeMap(h, 's', len(inv.secrets), func(yield func(string, []byte)) {
-		for name, v := range inv.secrets {
+	writeMap(h, 's', len(secrets), func(yield func(string, []byte)) {
+		for name, v := range secrets {
 			yield(name, []byte(v))
 		}
 	})
@@ -183,7 +197,7 @@ func writeMap(h hash.Hash, tag byte, n int, each func(yield func(string, []byte)
 	}
 	entries := make([]entry, 0, n)
 	each(func(name string, v []byte) { entries = append(entries, entry{name, v}) })
-	sort.Slice(entries, func(i, j int) bool { return entries[i].name < entries[j].name })
+	slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(a.name, b.name) })
 	var b [binary.MaxVarintLen64]byte
 	h.Write([]byte{tag})
 	h.Write(b[:binary.PutUvarint(b[:], uint64(len(entries)))])
