@@ -1,9 +1,14 @@
 package executor_test
 
 import (
+	"context"
+	"encoding/hex"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/sandboxd/sandboxd/executor"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
 
@@ -48,5 +53,47 @@ func TestDataSegmentsRewrittenGuestsAnswer(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// reachInit is `wat2wasm --no-check` of
+//
+//	(module
+//	  (import "sandboxd_v1" "output_set" (func $output_set (param i32 i32) (result i32)))
+//	  (memory (export "memory") 1)
+//	  (data (i32.const 0) "{}")
+//	  (func $handle (export "handle") (result i32)
+//	    (loop $l (call 2) (br $l))
+//	    (i32.const 0)))
+//
+// `call 2` names no function (there are two), but the fuel pass shifts it
+// past its own import to the index of the data-init function the load
+// appends.
+const reachInit = "0061736d01000000010b0260027f7f017f6000017f021a010b73616e64626f78645f76310a6f75747075745f7365740000030201010503010001071302066d656d6f727902000668616e646c6500010a0d010b00034010020c000b41000b0b08010041000b027b7d"
+
+// A guest that calls the (unmetered) data-init function in a loop traps at
+// its second call instead of copying its data for no fuel until the
+// deadline: the function drops each segment it copies.
+func TestDataInitCalledByGuestTraps(t *testing.T) {
+	wasm, err := hex.DecodeString(reachInit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newExecutor(t)
+	for _, posture := range []string{"context-isolated", "none"} {
+		tool, err := e.Load(context.Background(), manifestFor(t, "echo_reactor", func(m map[string]any) { m["sandbox"] = posture }), executor.WithModule(wasm))
+		if err != nil {
+			t.Fatalf("%s: load: %v", posture, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		start := time.Now()
+		_, err = tool.Invoke(ctx, executor.Request{Input: []byte(`{}`)})
+		cancel()
+		te := wantCode(t, err, toolerr.HandlerTrap)
+		if !strings.Contains(te.Message, "out of bounds") {
+			t.Errorf("%s: trap %q, want the out of bounds memory.init of a dropped segment", posture, te.Message)
+		}
+		t.Logf("%s: trapped after %v", posture, time.Since(start))
+		_ = tool.Close(context.Background())
 	}
 }

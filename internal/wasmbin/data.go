@@ -59,10 +59,17 @@ func MergeData(b []byte) []byte {
 
 // PassiveData is MergeData that also makes the merged segments passive and
 // adds an exported function DataInitExport, of type () -> (), doing
-// `memory.init` of each in turn (and a data count section, which
-// memory.init requires), so that instantiation leaves memory zeroed until
-// the host calls it. An instance whose memory is restored from an image
-// taken after initialisation does not call it at all.
+// `memory.init` then `data.drop` of each in turn (and a data count section,
+// which memory.init requires), so that instantiation leaves memory zeroed
+// until the host calls it. An instance whose memory is restored from an
+// image taken after initialisation does not call it at all.
+//
+// The function is not metered: a copy of the whole data for no fuel. The
+// drop makes a second call trap at its first instruction, so that a guest
+// which reaches it anyway (an index past the end of the original function
+// space is invalid there and names it here; the fuel pass shifts indices
+// without bounding them) gets at most one such copy per instance, which is
+// what instantiating one costs, and can never loop on it.
 //
 // Besides MergeData's conditions it applies only to a module without a
 // start section (a start function runs before the host can call the export)
@@ -388,7 +395,7 @@ func mergeSegments(segs []segment) []segment {
 }
 
 // initBody is the code entry of the data-init function: for each segment k,
-// `i32.const off; i32.const 0; i32.const len; memory.init k 0`.
+// `i32.const off; i32.const 0; i32.const len; memory.init k 0; data.drop k`.
 func initBody(segs []segment) []byte {
 	body := []byte{0} // no locals
 	for k, s := range segs {
@@ -398,7 +405,8 @@ func initBody(segs []segment) []byte {
 		body = appendSLEB(body, int64(int32(uint32(len(s.data)))))
 		body = append(body, 0xfc, 8)
 		body = appendULEB(body, uint64(k))
-		body = append(body, 0)
+		body = append(body, 0, 0xfc, 9)
+		body = appendULEB(body, uint64(k))
 	}
 	body = append(body, 0x0b)
 	return append(appendULEB(nil, uint64(len(body))), body...)

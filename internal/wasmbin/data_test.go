@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -486,5 +487,51 @@ func TestExportsFunction(t *testing.T) {
 	out, _ := PassiveData(simpleData)
 	if !ExportsFunction(out, DataInitExport) || !ExportsFunction(out, "f") {
 		t.Error("the rewritten module does not export both functions")
+	}
+}
+
+// A guest can reach the init function: `call 1` in a module of one function
+// is invalid, but names the function PassiveData appends. The data.drop
+// after each memory.init makes every call after the first trap, so the
+// unmetered copy happens at most once per instance.
+func TestPassiveDataInitRunsOnce(t *testing.T) {
+	callsNext := sec(secCode, vec([]byte{4, 0, 0x10, 1, 0x0b})) // func 0: call 1
+	b := module(typeSec, funcSec, memSec, exportSec, callsNext, dataSec3)
+	out, export := PassiveData(b)
+	if export == "" {
+		t.Fatal("PassiveData did not apply")
+	}
+	ctx := context.Background()
+	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter().WithCoreFeatures(api.CoreFeaturesV2))
+	defer r.Close(ctx)
+	if _, err := r.CompileModule(ctx, b); err == nil {
+		t.Fatal("wazero compiled the original, whose call names no function")
+	}
+	cm, err := r.CompileModule(ctx, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, hostInits := range []bool{true, false} {
+		mod, err := r.InstantiateModule(ctx, cm, wazero.NewModuleConfig().WithName(""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hostInits {
+			if _, err := mod.ExportedFunction(export).Call(ctx); err != nil {
+				t.Fatal(err)
+			}
+		} else if _, err := mod.ExportedFunction("f").Call(ctx); err != nil {
+			// An instance from an image: the first call copies.
+			t.Fatalf("the first call of the init function: %v", err)
+		}
+		if got, _ := mod.Memory().Read(0, 3); string(got) != "abc" {
+			t.Fatalf("memory at 0 = %q after the init function", got)
+		}
+		for _, name := range []string{"f", export} {
+			if _, err := mod.ExportedFunction(name).Call(ctx); err == nil || !strings.Contains(err.Error(), "out of bounds") {
+				t.Fatalf("hostInits %v: calling %s again: %v, want an out of bounds trap", hostInits, name, err)
+			}
+		}
+		_ = mod.Close(ctx)
 	}
 }
