@@ -47,9 +47,11 @@ var runtimeHelpers = map[string]bool{
 }
 
 // isRuntimeHelper reports whether an export is a guest runtime's helper or
-// the fuel pass's own (its start function, fuel.StartExport).
+// one the load added (every name beginning with fuel.ReservedPrefix: the
+// fuel pass's start function, fuel.StartExport, and the data-init function,
+// wasmbin.DataInitExport).
 func isRuntimeHelper(name string) bool {
-	return runtimeHelpers[name] || strings.HasPrefix(name, "asyncify_") || strings.HasPrefix(name, "__") || name == fuel.StartExport
+	return runtimeHelpers[name] || strings.HasPrefix(name, "asyncify_") || strings.HasPrefix(name, "__") || strings.HasPrefix(name, fuel.ReservedPrefix)
 }
 
 // isEntrySig reports whether f is callable as an Extism function: no
