@@ -18,15 +18,17 @@ import (
 // the caller set no deadline, and the guest's CPU watchdog or a handler
 // (Tool.guard's cancel). That chain cost 19 allocations and 1.6 KB a call
 // and registered every call with a stop context and a timer; a callCtx is
-// one allocation and registers nothing until someone waits for it:
+// one allocation and registers nothing with shared state until someone
+// waits for it:
 //
-//   - Err checks the caller's context, the gate and the clock itself (the
-//     fuel meter reads Err at every refill and fuel.Check at every host
-//     call, so a running guest stops as before);
+//   - Err checks the caller's context and the gate itself (the fuel meter
+//     reads Err at every refill and fuel.Check at every host call, so a
+//     running guest stops as before);
+//   - the default timeout is a timer from a free list (deadlineTimer), as
+//     WithTimeout's was, without the allocation;
 //   - the first Done or AfterFunc (a WASI sleep, an HTTP request, wazero's
-//     close-on-context-done) hooks the call onto the caller's context, a
-//     gate stop context and a deadline timer, so a waiter is woken as
-//     before.
+//     close-on-context-done) hooks the call onto the caller's context and a
+//     gate stop context, so a waiter is woken as before.
 //
 // Err, Done, Deadline and Value keep the context.Context contract; cause is
 // context.Cause's answer for the context the chain ended in.
@@ -35,7 +37,8 @@ type callCtx struct {
 	gate     *callGate
 	deadline time.Time
 	dl       bool // a deadline (the parent's or the default timeout)
-	own      bool // the deadline is the default timeout's: Err reads the clock for it
+	own      bool // the deadline is the default timeout's (dt)
+	dt       *deadlineTimer
 
 	ended   atomic.Bool                     // err is set
 	guarded atomic.Bool                     // a Tool.guard runs on it
@@ -48,7 +51,6 @@ type callCtx struct {
 	armed  bool
 	hooks  []*afterHook
 	unhook []func() bool // the parent's and the gate's AfterFunc
-	timer  *time.Timer   // the default timeout's, once armed
 }
 
 type afterHook struct{ f func() }
@@ -61,15 +63,55 @@ func newCallCtx(parent context.Context, g *callGate, timeout time.Duration) *cal
 		c.deadline, c.dl = d, true
 	} else if timeout > 0 {
 		c.deadline, c.dl, c.own = time.Now().Add(timeout), true, true
+		c.dt = startDeadline(c, timeout)
 	}
 	return c
+}
+
+// deadlineTimer ends the call it serves at the call's default timeout.
+// Timers come from a free list (a time.AfterFunc per call is an allocation
+// and a new timer): Stop cannot wait for a callback already running, so a
+// callback may run after its call ended and the timer serves the next one;
+// it therefore ends only a call whose deadline has passed on the clock,
+// which the next call's has not.
+type deadlineTimer struct {
+	t *time.Timer
+	c atomic.Pointer[callCtx]
+}
+
+var deadlineTimers sync.Pool
+
+func startDeadline(c *callCtx, timeout time.Duration) *deadlineTimer {
+	d, _ := deadlineTimers.Get().(*deadlineTimer)
+	if d == nil {
+		d = &deadlineTimer{}
+		d.c.Store(c)
+		d.t = time.AfterFunc(timeout, d.fire)
+		return d
+	}
+	d.c.Store(c)
+	d.t.Reset(timeout)
+	return d
+}
+
+func (d *deadlineTimer) fire() {
+	if c := d.c.Load(); c != nil && !time.Now().Before(c.deadline) {
+		c.cancel(context.DeadlineExceeded, context.DeadlineExceeded)
+	}
+}
+
+// stop stops d and gives it back to the free list, serving no call.
+func (d *deadlineTimer) stop() {
+	d.t.Stop()
+	d.c.Store(nil)
+	deadlineTimers.Put(d)
 }
 
 func (c *callCtx) Deadline() (time.Time, bool) { return c.deadline, c.dl }
 
 // Err returns why the call ended, or nil. It notices the end of the
-// caller's context, a Close of the tool and the default timeout itself,
-// without waiting for anything to be signalled.
+// caller's context and a Close of the tool itself, without waiting for
+// anything to be signalled.
 func (c *callCtx) Err() error {
 	if !c.ended.Load() {
 		switch err := c.parent.Err(); {
@@ -77,8 +119,6 @@ func (c *callCtx) Err() error {
 			c.cancel(err, context.Cause(c.parent))
 		case c.gate.closing.Load():
 			c.cancel(context.Canceled, errToolClosing)
-		case c.own && !time.Now().Before(c.deadline):
-			c.cancel(context.DeadlineExceeded, context.DeadlineExceeded)
 		default:
 			return nil
 		}
@@ -140,8 +180,8 @@ func (c *callCtx) AfterFunc(f func()) (stop func() bool) {
 }
 
 // armLocked makes the done channel and hooks the call onto what can end it
-// without an Err: the parent's end, the gate's stop context, the default
-// timeout's timer. c.mu is held.
+// without an Err: the parent's end and the gate's stop context. c.mu is
+// held.
 func (c *callCtx) armLocked() {
 	if c.armed {
 		return
@@ -152,17 +192,14 @@ func (c *callCtx) armLocked() {
 		close(c.done)
 		return
 	}
-	// Each hook runs in a goroutine of its own (context.AfterFunc,
-	// time.AfterFunc), never under c.mu.
+	// Each hook runs in a goroutine of its own (context.AfterFunc), never
+	// under c.mu.
 	if c.parent.Done() != nil {
 		p := c.parent
 		c.unhook = append(c.unhook, context.AfterFunc(p, func() { c.cancel(p.Err(), context.Cause(p)) }))
 	}
 	g := c.gate
 	c.unhook = append(c.unhook, context.AfterFunc(g.stops[g.next.Add(1)%gateShards], func() { c.cancel(context.Canceled, errToolClosing) }))
-	if c.own {
-		c.timer = time.AfterFunc(time.Until(c.deadline), func() { c.cancel(context.DeadlineExceeded, context.DeadlineExceeded) })
-	}
 }
 
 // cancel ends the call with err and cause (nil: err), unless it ended.
@@ -200,15 +237,16 @@ func (c *callCtx) CPUExceeded(time.Duration) { c.cancel(context.Canceled, errCPU
 // once, when Tool.invoke returns.
 func (c *callCtx) release() {
 	c.cancel(context.Canceled, nil)
+	if c.dt != nil {
+		c.dt.stop()
+		c.dt = nil
+	}
 	c.mu.Lock()
-	unhook, timer := c.unhook, c.timer
-	c.unhook, c.timer = nil, nil
+	unhook := c.unhook
+	c.unhook = nil
 	c.mu.Unlock()
 	for _, stop := range unhook {
 		stop()
-	}
-	if timer != nil {
-		timer.Stop()
 	}
 	c.gate.leave()
 }

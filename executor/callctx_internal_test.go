@@ -180,3 +180,28 @@ func TestCallCtxShutWaits(t *testing.T) {
 	c.release()
 	waitDone(t, idle, "shut after the last call")
 }
+
+// A default-timeout timer from the free list ends only a call whose
+// deadline passed: its callback running late, for a call that ended, does
+// not end the next call it serves.
+func TestCallCtxDeadlineTimerReuse(t *testing.T) {
+	g := &callGate{}
+	g.init()
+	late := &callCtx{parent: context.Background(), gate: g, deadline: time.Now().Add(-time.Millisecond), dl: true, own: true}
+	d := startDeadline(late, time.Hour)
+	d.fire() // the callback at its deadline
+	if !errors.Is(late.Err(), context.DeadlineExceeded) {
+		t.Fatalf("a call past its deadline: Err %v", late.Err())
+	}
+	d.stop()
+	next := newCallCtx(context.Background(), g, time.Hour)
+	if next.dt == nil {
+		t.Fatal("no timer for the default timeout")
+	}
+	next.dt.fire() // a late callback of whichever timer it got
+	d.fire()       // and of the stopped one
+	if err := next.Err(); err != nil {
+		t.Fatalf("a stale timer callback ended the next call: %v", err)
+	}
+	next.release()
+}
