@@ -153,7 +153,12 @@ func checkLoops(expr []byte, st *Stats, helper bool) error {
 		}
 		switch k {
 		case opLoop:
-			if !helper && !isCheck(end) {
+			// The outer loop of a versioned loop (see appendLoopOpen)
+			// begins with block, then the loop itself, whose header this
+			// scan reaches next and which must have the check: every
+			// iteration of the outer loop passes it.
+			outer := end+4 <= len(expr) && expr[end] == 0x02 && expr[end+1] == 0x40 && expr[end+2] == 0x03 && versionable(expr[end+3:end+4])
+			if !helper && !outer && !isCheck(end) {
 				bad = fmt.Errorf("no check after the loop header at offset %d", start)
 			}
 			stack = append(stack, frame{loop: true, at: start})

@@ -20,14 +20,16 @@ import (
 // variant is one way of running a guest that the interruption benchmark
 // compares.
 type variant struct {
-	name      string
-	metered   bool // instrumented, fuel Unlimited, no close-on-context-done
-	closeDone bool // plain module under WithCloseOnContextDone(true)
+	name       string
+	metered    bool // instrumented, fuel Unlimited, no close-on-context-done
+	plainLoops bool // metered, with the plain check at loop headers (options)
+	closeDone  bool // plain module under WithCloseOnContextDone(true)
 }
 
 var variants = []variant{
 	{name: "plain"},
 	{name: "metered", metered: true},
+	{name: "metered-plainloops", metered: true, plainLoops: true},
 	{name: "closeondone", closeDone: true},
 }
 
@@ -112,6 +114,10 @@ func benchVariants(b *testing.B, bin []byte, run func(context.Context, wazero.Ru
 	if err != nil {
 		b.Fatal(err)
 	}
+	instPlain, _, err := instrumentWith(bin, options{plainLoops: true})
+	if err != nil {
+		b.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	type prepared struct {
@@ -129,7 +135,10 @@ func benchVariants(b *testing.B, bin []byte, run func(context.Context, wazero.Ru
 			b.Fatal(err)
 		}
 		code := bin
-		if v.metered {
+		switch {
+		case v.plainLoops:
+			code = instPlain
+		case v.metered:
 			code = inst
 		}
 		c, err := r.CompileModule(ctx, code)
@@ -166,8 +175,9 @@ func benchVariants(b *testing.B, bin []byte, run func(context.Context, wazero.Ru
 	for i, p := range ps {
 		b.ReportMetric(med(i)/1e6, p.v.name+"-ms/op")
 	}
-	b.ReportMetric(med(1)/med(0), "metered/plain")
-	b.ReportMetric(med(2)/med(0), "closeondone/plain")
+	for i, p := range ps[1:] {
+		b.ReportMetric(med(i+1)/med(0), p.v.name+"/plain")
+	}
 }
 
 // buildGoLoop builds testdata/goloop for GOOS=wasip1 with the toolchain

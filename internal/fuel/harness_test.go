@@ -69,6 +69,9 @@ type runOpts struct {
 	// providers are modules instantiated first, by name (for imports that
 	// are not functions).
 	providers map[string][]byte
+	// fuel records the fuel left after each call (metered), and the call
+	// that ran out, so that two instrumented forms can be compared.
+	fuel bool
 }
 
 // runModule instantiates bin with WASI and recording stubs for every other
@@ -158,6 +161,7 @@ func runModule(t testing.TB, bin []byte, o runOpts) *outcome {
 			return ".$" + strconv.Itoa(n) + "("
 		})
 	}
+	var meter *Meter
 	record := func(what string, res []uint64, err error) bool {
 		line := what + ": "
 		if err != nil {
@@ -167,12 +171,14 @@ func runModule(t testing.TB, bin []byte, o runOpts) *outcome {
 		}
 		line += " host " + strings.Join(hostLog, ";")
 		hostLog = hostLog[:0]
+		if o.fuel && meter != nil {
+			line += fmt.Sprintf(" fuel %d", meter.Remaining())
+		}
 		out.Calls = append(out.Calls, line)
 		return err == nil
 	}
 	mc := wazero.NewModuleConfig().WithName("guest").WithStartFunctions().WithStdout(io.Discard).WithStderr(io.Discard)
 	mod, err := r.InstantiateModule(ctx, compiled, mc)
-	var meter *Meter
 	if err == nil && o.metered {
 		if meter, err = NewMeter(mod); err != nil {
 			t.Fatal(err)
@@ -221,6 +227,9 @@ func runModule(t testing.TB, bin []byte, o runOpts) *outcome {
 		fn := mod.ExportedFunction(name)
 		res, err := fn.Call(ctx, make([]uint64, len(fn.Definition().ParamTypes()))...)
 		if exhausted(err) {
+			if o.fuel {
+				out.Calls = append(out.Calls, name+": out of fuel")
+			}
 			out.Exhausted = true
 			return out
 		}

@@ -11,7 +11,7 @@ import (
 // Version identifies the pass. It changes whenever Instrument's output for
 // some input changes; a cache of instrumented modules keys on it together
 // with the input's digest.
-const Version = 6
+const Version = 7
 
 // Reserved export names the pass adds. A module that exports any name
 // beginning with ReservedPrefix is refused, whether or not it is resettable:
@@ -87,11 +87,24 @@ type Stats struct {
 // refused. Errors are *toolerr.Error with code handler-shape-invalid,
 // wrapping ErrMalformed or ErrUnsupported. Instrument does not modify in.
 func Instrument(in []byte) ([]byte, *Stats, error) {
+	return instrumentWith(in, options{})
+}
+
+// options change what the pass emits; the zero value is Instrument's.
+// Tests and benchmarks use them to compare forms of the output.
+type options struct {
+	// plainLoops keeps the plain check (appendLocal) at every loop header
+	// instead of versioning loops (appendLoopOpen): the output of pass
+	// version 6.
+	plainLoops bool
+}
+
+func instrumentWith(in []byte, o options) ([]byte, *Stats, error) {
 	m, err := Decode(in)
 	if err != nil {
 		return nil, nil, shapeErr(err)
 	}
-	st, err := m.instrument()
+	st, err := m.instrument(o)
 	if err != nil {
 		return nil, nil, shapeErr(err)
 	}
@@ -102,7 +115,7 @@ func shapeErr(err error) error {
 	return toolerr.Wrap(toolerr.HandlerShapeInvalid, err, "cannot meter the module")
 }
 
-func (m *Module) instrument() (*Stats, error) {
+func (m *Module) instrument(o options) (*Stats, error) {
 	st := &Stats{}
 	plan := m.planReset()
 	st.Resettable, st.NotResettable = plan.reason == "", plan.reason
@@ -206,7 +219,7 @@ func (m *Module) instrument() (*Stats, error) {
 	globals.Globals = append(globals.Globals,
 		Global{Type: 0x7e, Mutable: true, Init: append(init, 0x0b)},
 		Global{Type: 0x7e, Mutable: true, Init: []byte{0x42, 0x00, 0x0b}})
-	chk := &checker{fuel: fuel, limit: limit, refill: refill, local: -1, bulk: hs}
+	chk := &checker{fuel: fuel, limit: limit, refill: refill, local: -1, bulk: hs, plainLoops: o.plainLoops}
 	if st.Resettable {
 		dirty := limit + 1
 		globals.Globals = append(globals.Globals, Global{Type: 0x7f, Mutable: true, Init: []byte{0x41, 0x00, 0x0b}})
@@ -519,6 +532,7 @@ type checker struct {
 	stateful                   map[uint32]bool
 	local                      int64
 	bulk                       *helpers // the module's helpers (bulk.go)
+	plainLoops                 bool     // never version loops (options)
 }
 
 // transformExpr returns expr with function indices renumbered and, when chk
@@ -535,22 +549,31 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 	// and function indices to rewrite, in order.
 	type edit struct {
 		start, end int
-		level      int // > 0: a check for this level; 0: a function index; -3: a helper call
-		helper     uint32
+		kind       editKind
+		level      int    // editCheck, editLoopOpen, editLoopClose: the loop's level
+		helper     uint32 // editHelper: the helper's function index
+		branch     []byte // editBranch: the instruction with its depths shifted
+		versioned  bool   // editCheck: the loop is versioned
 	}
 	costs := []int64{0}
 	var edits []edit
 	tryTable := false
-	stack := []int{0} // the level of each open frame
+	// The open frames: the level each belongs to and, for a loop the pass
+	// may version (see appendLoopOpen), true.
+	type frame struct {
+		level     int
+		versioned bool
+	}
+	stack := []frame{{}}
 	r := &reader{b: expr}
-	// Edits of level -2 sync the global from the local before an
-	// instruction that leaves the function or calls out of it; level -1
+	// Edits of kind editSync write the global from the local before an
+	// instruction that leaves the function or calls out of it; editReload
 	// reloads the local after a call. They apply only to a function that
 	// keeps its counter in a local.
-	sync := func(at int) { edits = append(edits, edit{at, at, -2, 0}) }
+	sync := func(at int) { edits = append(edits, edit{start: at, end: at, kind: editSync}) }
 	var bad error
 	err := scanExpr(r, func(k opKind, start, end int) {
-		cur := stack[len(stack)-1]
+		cur := stack[len(stack)-1].level
 		op := expr[start]
 		switch k {
 		case opOther:
@@ -569,12 +592,19 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 				}
 			case 0x11: // call_indirect
 				sync(start)
-				edits = append(edits, edit{end, end, -1, 0})
+				edits = append(edits, edit{start: end, end: end, kind: editReload})
 			case 0x13, 0x0f: // return_call_indirect, return
 				sync(start)
 			case 0x0c, 0x0d, 0x0e: // br, br_if, br_table
 				if branchesOut(expr[start+1:end], op, len(stack)-1) {
 					sync(start)
+				}
+				shifted, err := shiftBranch(expr[start:end], func(i int) bool { return stack[i].versioned }, len(stack))
+				if err != nil && bad == nil {
+					bad = err
+				}
+				if shifted != nil {
+					edits = append(edits, edit{start: start, end: end, kind: editBranch, branch: shifted})
 				}
 			case 0x40, 0xfc: // memory.grow, bulk and table instructions
 				if chk == nil || chk.bulk == nil || !isBulk(expr, start) {
@@ -588,32 +618,41 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 					break
 				}
 				sync(start)
-				edits = append(edits, edit{start, end, -3, f}, edit{end, end, -1, 0})
+				edits = append(edits, edit{start: start, end: end, kind: editHelper, helper: f},
+					edit{start: end, end: end, kind: editReload})
 			}
 		case opFunc:
 			costs[cur]++
 			if op != 0xd2 { // call, return_call
 				sync(start)
 			}
-			edits = append(edits, edit{start, end, 0, 0})
+			edits = append(edits, edit{start: start, end: end, kind: editFunc})
 			if op == 0x10 {
-				edits = append(edits, edit{end, end, -1, 0})
+				edits = append(edits, edit{start: end, end: end, kind: editReload})
 			}
 		case opIf:
 			costs[cur]++
-			stack = append(stack, cur)
+			stack = append(stack, frame{level: cur})
 		case opBlock:
-			stack = append(stack, cur)
+			stack = append(stack, frame{level: cur})
 			if op == 0x1f {
 				tryTable = true
 			}
 		case opLoop:
-			stack = append(stack, len(costs))
-			edits = append(edits, edit{end, end, len(costs), 0})
+			level := len(costs)
+			v := chk != nil && versionable(expr[start+1:end])
+			stack = append(stack, frame{level: level, versioned: v})
+			if v {
+				edits = append(edits, edit{start: start, end: start, kind: editLoopOpen, level: level})
+			}
+			edits = append(edits, edit{start: end, end: end, kind: editCheck, level: level, versioned: v})
 			costs = append(costs, 0)
 		case opEnd:
 			if len(stack) == 1 { // the function's own end: it returns
 				sync(start)
+			}
+			if f := stack[len(stack)-1]; f.versioned {
+				edits = append(edits, edit{start: end, end: end, kind: editLoopClose, level: f.level})
 			}
 			stack = stack[:len(stack)-1]
 		}
@@ -634,7 +673,11 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 		// global only.
 		chk.local = -1
 	}
-	out := make([]byte, 0, len(expr)+len(costs)*32)
+	// Loops are versioned only in a function that keeps its count in a
+	// local (where the check's fast path touches no memory and the call is
+	// what costs); elsewhere the versioning edits are left out.
+	version := chk != nil && chk.local >= 0 && !chk.plainLoops
+	out := make([]byte, 0, len(expr)+len(costs)*48)
 	checks := 0
 	if chk != nil {
 		if chk.local >= 0 {
@@ -647,41 +690,212 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 	for _, e := range edits {
 		out = append(out, expr[prev:e.start]...)
 		prev = e.end
-		if e.level > 0 {
-			if chk != nil {
-				out = chk.append(out, costs[e.level])
-				checks++
+		switch e.kind {
+		case editCheck:
+			if chk == nil {
+				continue
 			}
-			continue
-		}
-		if e.level == -3 {
+			checks++
+			if version && e.versioned {
+				out = chk.appendLoopCheck(out, costs[e.level])
+			} else {
+				out = chk.append(out, costs[e.level])
+			}
+		case editLoopOpen:
+			if version {
+				out = appendLoopOpen(out, expr[e.start+1])
+			}
+		case editLoopClose:
+			if version {
+				out = chk.appendLoopClose(out, costs[e.level])
+			}
+		case editBranch:
+			if version {
+				out = append(out, e.branch...)
+			} else {
+				out = append(out, expr[e.start:e.end]...)
+			}
+		case editHelper:
 			out = appendULEB(append(out, 0x10), uint64(e.helper))
-			continue
-		}
-		if e.level < 0 {
+		case editReload, editSync:
 			switch {
 			case chk == nil || chk.local < 0:
-			case e.level == -1:
+			case e.kind == editReload:
 				out = chk.reload(out)
 			default:
 				out = chk.sync(out)
 			}
-			continue
+		case editFunc:
+			ir := &reader{b: expr[:e.end], off: e.start + 1}
+			f, err := ir.u32()
+			if err != nil {
+				return nil, 0, err
+			}
+			if chk != nil && expr[e.start] == 0x10 && chk.stateful[f] {
+				out = append(out, 0x41, 0x01, 0x24) // i32.const 1, global.set $dirty
+				out = appendULEB(out, uint64(chk.dirty))
+			}
+			out = append(out, expr[e.start])
+			out = appendULEB(out, uint64(remap(f)))
 		}
-		ir := &reader{b: expr[:e.end], off: e.start + 1}
-		f, err := ir.u32()
-		if err != nil {
-			return nil, 0, err
-		}
-		if chk != nil && expr[e.start] == 0x10 && chk.stateful[f] {
-			out = append(out, 0x41, 0x01, 0x24) // i32.const 1, global.set $dirty
-			out = appendULEB(out, uint64(chk.dirty))
-		}
-		out = append(out, expr[e.start])
-		out = appendULEB(out, uint64(remap(f)))
 	}
 	out = append(out, expr[prev:]...)
 	return out, checks, nil
+}
+
+// editKind says what an edit of transformExpr does.
+type editKind uint8
+
+const (
+	editCheck     editKind = iota // insert a loop's check after its header
+	editFunc                      // rewrite a function index (call, return_call, ref.func)
+	editHelper                    // replace a bulk or growth instruction by a call of its helper
+	editSync                      // write the global from the local
+	editReload                    // reload the local from the global
+	editBranch                    // shift the label depths of a branch out of versioned loops
+	editLoopOpen                  // open the frames around a versioned loop
+	editLoopClose                 // close them, with the refill path between
+)
+
+// Loop versioning. In a function that keeps its count in a local, a loop
+// whose block type has no parameters (empty or one result type)
+//
+//	loop bt
+//	  body
+//	end
+//
+// becomes
+//
+//	block bt                     ;; $exit
+//	  loop bt                    ;; $outer
+//	    block                    ;; $refill
+//	      loop bt                ;; the loop itself
+//	        local.get $d; i64.const C; i64.sub; local.tee $d
+//	        i64.const 0; i64.lt_s
+//	        br_if $refill
+//	        body                 ;; depths of labels outside the loop + 3
+//	      end
+//	      br $exit
+//	    end
+//	    local.get $d; global.get $limit; i64.add; global.set $fuel
+//	    call $refill
+//	    global.get $fuel; global.get $limit; i64.lt_s
+//	    if unreachable end
+//	    global.get $fuel; global.get $limit; i64.sub
+//	    i64.const C; i64.add; local.set $d
+//	    br $outer
+//	  end
+//	end
+//
+// It spends the same fuel and checks at the same points as the plain check
+// (appendLocal): every iteration passes the subtraction and the comparison;
+// when the count drops below zero the refill path syncs the global, calls
+// $refill, traps or reloads the count, and re-enters the loop through its
+// header with C added back, so that the header's subtraction leaves exactly
+// what the plain check leaves after a refill (at least 0: it never branches
+// to $refill twice in a row). What changes is only where the call sits: in
+// the plain form it is inside the loop, on a path from the header to the
+// body, and wazero's register allocator (wazevo), which starts each block
+// from one predecessor's register state, keeps the loop's values in stack
+// slots on the hot path after it (a Go function is one dispatch loop, so
+// each of its locals paid a load and a store per iteration); versioned, the
+// call is in the outer loop, which the hot path never enters.
+//
+// The body's branches to labels outside the loop get their depths raised
+// by 3 for each versioned loop they leave (shiftBranch); branches to the
+// loop itself (continue) and to frames inside it are unchanged. A loop
+// with parameters (a type-index block type) keeps the plain check: br_if
+// $refill would drop its parameters. So does every loop of a function that
+// keeps its count in the global (one with a try_table, whose catch clauses
+// name labels too).
+
+// versionable reports whether a loop with block type bt (the loop
+// instruction's immediate) can be versioned: bt is empty or one value type,
+// so the loop takes no parameters.
+func versionable(bt []byte) bool {
+	return len(bt) == 1 && (bt[0] == 0x40 || simpleValtype(bt[0]))
+}
+
+// shiftBranch returns the br, br_if or br_table ins with every label depth
+// raised by 3 for each versioned frame between the branch and its target,
+// or nil when no depth changes. n is the number of open frames (the
+// function's own is frame 0) and versioned(i) reports whether frame i is a
+// versioned loop. A depth beyond the function's frame is refused
+// (ErrMalformed): the module is invalid, and after the pass adds frames
+// such a branch could name one of them.
+func shiftBranch(ins []byte, versioned func(i int) bool, n int) ([]byte, error) {
+	r := &reader{b: ins, off: 1}
+	cnt := uint32(1)
+	if ins[0] == 0x0e {
+		c, err := r.count(1)
+		if err != nil {
+			return nil, err
+		}
+		cnt = c + 1
+	}
+	out := []byte{ins[0]}
+	if ins[0] == 0x0e {
+		out = appendULEB(out, uint64(cnt-1))
+	}
+	changed := false
+	for i := uint32(0); i < cnt; i++ {
+		l, err := r.u32()
+		if err != nil {
+			return nil, err
+		}
+		target := n - 1 - int(l)
+		if int64(l) >= int64(n) {
+			return nil, fmt.Errorf("%w: branch depth %d outside the function", ErrMalformed, l)
+		}
+		shift := 0
+		for f := target + 1; f < n; f++ {
+			if versioned(f) {
+				shift += 3
+			}
+		}
+		if shift != 0 {
+			changed = true
+		}
+		out = appendULEB(out, uint64(l)+uint64(shift))
+	}
+	if !changed {
+		return nil, nil
+	}
+	return out, nil
+}
+
+// appendLoopOpen opens $exit, $outer and $refill before a versioned loop of
+// block type bt.
+func appendLoopOpen(b []byte, bt byte) []byte {
+	return append(b, 0x02, bt, 0x03, bt, 0x02, 0x40)
+}
+
+// appendLoopCheck appends a versioned loop's check: local.get $d; i64.const
+// cost; i64.sub; local.tee $d; i64.const 0; i64.lt_s; br_if 1 ($refill).
+func (c *checker) appendLoopCheck(b []byte, cost int64) []byte {
+	b = appendULEB(append(b, 0x20), uint64(c.local)) // local.get $d
+	b = append(b, 0x42)                              // i64.const
+	b = appendSLEB(b, max(cost, 1))
+	b = append(b, 0x7d, 0x22) // i64.sub, local.tee
+	b = appendULEB(b, uint64(c.local))
+	return append(b, 0x42, 0x00, 0x53, 0x0d, 0x01) // i64.const 0, i64.lt_s, br_if 1
+}
+
+// appendLoopClose appends what follows a versioned loop's end: br $exit,
+// the end of $refill, the refill path and the ends of $outer and $exit.
+func (c *checker) appendLoopClose(b []byte, cost int64) []byte {
+	gget := func(b []byte, g uint32) []byte { return appendULEB(append(b, 0x23), uint64(g)) }
+	b = append(b, 0x0c, 0x02, 0x0b) // br 2 ($exit), end ($refill)
+	b = c.sync(b)
+	b = appendULEB(append(b, 0x10), uint64(c.refill)) // call $refill
+	b = gget(gget(b, c.fuel), c.limit)
+	b = append(b, 0x53, 0x04, 0x40, 0x00, 0x0b) // i64.lt_s, if, unreachable, end
+	b = gget(gget(b, c.fuel), c.limit)
+	b = append(b, 0x7d, 0x42) // i64.sub, i64.const
+	b = appendSLEB(b, max(cost, 1))
+	b = append(b, 0x7c, 0x21) // i64.add, local.set $d
+	b = appendULEB(b, uint64(c.local))
+	return append(b, 0x0c, 0x00, 0x0b, 0x0b) // br 0 ($outer), end ($outer), end ($exit)
 }
 
 // opWeight is the fuel an instruction costs: 1, or more for the

@@ -1,0 +1,215 @@
+package fuel
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// versionedLoops counts the loops of an instrumented body that the pass
+// versioned (a loop whose body begins with block, loop: the outer loop of
+// appendLoopOpen) and the loops with the plain check after the header.
+func versionedLoops(t *testing.T, expr []byte) (versioned, plain int) {
+	t.Helper()
+	err := scanExpr(&reader{b: expr}, func(k opKind, start, end int) {
+		if k != opLoop {
+			return
+		}
+		switch {
+		case end+4 <= len(expr) && expr[end] == 0x02 && expr[end+1] == 0x40 && expr[end+2] == 0x03:
+			versioned++
+		case expr[end] == 0x20 && end+1 < len(expr):
+			// the check: local.get $d; i64.const C; i64.sub; local.tee $d;
+			// i64.const 0; i64.lt_s, then br_if 1 (versioned) or if
+			r := &reader{b: expr, off: end + 1}
+			if _, err := r.u32(); err != nil || r.off >= len(expr) || expr[r.off] != 0x42 {
+				return
+			}
+			r.off++
+			if _, err := r.sleb(64); err != nil || r.off+2 > len(expr) || expr[r.off] != 0x7d || expr[r.off+1] != 0x22 {
+				return
+			}
+			r.off += 2
+			if _, err := r.u32(); err != nil || r.off+5 > len(expr) {
+				return
+			}
+			if tail := expr[r.off : r.off+5]; string(tail) == "\x42\x00\x53\x04\x40" {
+				plain++
+			}
+		}
+	})
+	if err != nil {
+		t.Fatalf("the output does not scan: %v", err)
+	}
+	return versioned, plain
+}
+
+// TestLoopVersioningShapes: the loops of testdata/wat/loops.wasm and
+// loops_spin.wasm whose block type has no parameters are versioned, the
+// loops with a parameter keep the plain check, every loop still has its
+// check (checkAgreementStatic) and the output compiles; with plainLoops no
+// loop is versioned.
+func TestLoopVersioningShapes(t *testing.T) {
+	want := map[string][2]int{ // function: versioned, plain loops
+		"nested": {2, 0}, "results": {2, 0}, "params": {1, 1},
+		"spin_nested": {2, 0}, "spin_result": {2, 0}, "spin_params": {1, 1},
+	}
+	for _, file := range []string{"testdata/wat/loops.wasm", "testdata/wat/loops_spin.wasm"} {
+		for _, plainLoops := range []bool{false, true} {
+			bin := readFile(t, file)
+			out, st, err := instrumentWith(bin, options{plainLoops: plainLoops})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkAgreementStatic(t, out, st)
+			m, err := Decode(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			names := exportNames(t, bin, KindFunc)
+			code := m.section(secCode)
+			for i, name := range names {
+				v, p := versionedLoops(t, code.Funcs[i].Expr)
+				w := want[name]
+				if plainLoops {
+					w = [2]int{0, w[0] + w[1]}
+				}
+				if v != w[0] || p != w[1] {
+					t.Errorf("%s (plainLoops %v): %d versioned and %d plain loops, want %d and %d", name, plainLoops, v, p, w[0], w[1])
+				}
+			}
+		}
+	}
+}
+
+// TestLoopVersioningDifferential: loops.wasm, whose checksums change when a
+// branch out of a versioned loop lands at the wrong label, returns the same
+// plain and instrumented.
+func TestLoopVersioningDifferential(t *testing.T) {
+	bin := readFile(t, "testdata/wat/loops.wasm")
+	if differential(t, bin) {
+		t.Fatal("ran out of fuel")
+	}
+	out := runModule(t, mustInstrumentBytes(t, bin), runOpts{metered: true, budget: diffBudget})
+	for _, want := range []string{"nested: [", "results: [", "params: ["} {
+		if !strings.Contains(out.String(), want) || strings.Contains(out.String(), "error") {
+			t.Fatalf("outcome lacks %q or has an error:\n%s", want, out)
+		}
+	}
+	t.Logf("\n%s", out)
+}
+
+// TestLoopVersioningKeepsFuel: versioned loops spend exactly the fuel of
+// the plain check and stop at the same point: the pass's fixtures, the
+// repository's small guests and the binaryen corpus give the same results,
+// the same fuel left after every call and run out in the same call, with
+// versioned and with plain loops, under budgets that end inside a Slice,
+// just past one (a refill that continues) and after several.
+func TestLoopVersioningKeepsFuel(t *testing.T) {
+	var files []string
+	for _, pattern := range []string{"testdata/wat/*.wasm", "../../testdata/wasm/*.wasm", "testdata/ttf/*.wasm"} {
+		fs, _ := filepath.Glob(pattern)
+		files = append(files, fs...)
+	}
+	budgets := []int64{20_000, Slice + 54_321, 8*Slice + 7}
+	step := 1
+	if testing.Short() || raceEnabled {
+		step = 4
+	}
+	compared := 0
+	for i := 0; i < len(files); i += step {
+		f := files[i]
+		name := filepath.Base(f)
+		if strings.HasPrefix(name, "hostile_") || name == "features.wasm" || longLoop(name) {
+			continue // invalid on purpose; needs providers; runs for seconds
+		}
+		bin, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(bin) > 1<<20 || exportsReserved(t, bin) {
+			continue
+		}
+		bin = limitTables(t, bin)
+		versioned, _, err1 := instrumentWith(bin, options{})
+		plain, _, err2 := instrumentWith(bin, options{plainLoops: true})
+		if (err1 == nil) != (err2 == nil) {
+			t.Fatalf("%s: versioned %v, plain loops %v", name, err1, err2)
+		}
+		if err1 != nil {
+			continue
+		}
+		for _, budget := range budgets {
+			o := runOpts{metered: true, budget: budget, fuel: true, timeout: 10 * time.Second}
+			got, want := runModule(t, versioned, o), runModule(t, plain, o)
+			if got.Backstop || want.Backstop {
+				t.Fatalf("%s, budget %d: stopped by the backstop (versioned %v, plain loops %v)", name, budget, got.Backstop, want.Backstop)
+			}
+			if g, w := got.String(), want.String(); g != w {
+				t.Fatalf("%s, budget %d: versioned loops differ\n--- plain loops:\n%s\n--- versioned:\n%s", name, budget, w, g)
+			}
+		}
+		compared++
+	}
+	t.Logf("%d modules compared under %d budgets", compared, len(budgets))
+	if compared < 20 {
+		t.Fatalf("only %d modules compared", compared)
+	}
+}
+
+// TestVersionedLoopsStop: loops that never end, versioned and not, nested
+// and with results, stop by fuel (under a backstop that would catch an
+// unmetered loop), by the end of the call's context (the
+// deadline sandboxd sets on every call) and by Interrupt after a garbage
+// collection, which can finish only because the spinning guest leaves
+// compiled code at its refills.
+func TestVersionedLoopsStop(t *testing.T) {
+	const bound = 2 * time.Second // generous: the machine may be loaded
+	bin := readFile(t, "testdata/wat/loops_spin.wasm")
+	// First under a backstop, so that a loop the pass left unmetered fails
+	// the test instead of spinning in it for good.
+	if n := backstopRun(t, mustInstrumentBytes(t, bin), 3*Slice+17, 10*time.Second); n != 3 {
+		t.Fatalf("%d of 3 spinning calls ran out of fuel", n)
+	}
+	for _, fn := range []string{"spin_nested", "spin_result", "spin_params"} {
+		t.Run(fn, func(t *testing.T) {
+			mod, m := instance(t, bin)
+			defer mod.Close(context.Background())
+			f := mod.ExportedFunction(fn)
+
+			m.Set(Unlimited)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			start := time.Now()
+			_, err := f.Call(m.Context(ctx))
+			cancel()
+			if d := time.Since(start); err == nil || !m.Interrupted() || !m.Exhausted() || d > bound {
+				t.Fatalf("deadline: err %v, interrupted %v, exhausted %v after %v", err, m.Interrupted(), m.Exhausted(), d)
+			} else {
+				t.Logf("deadline of 20ms: stopped after %v", d)
+			}
+
+			m.Set(Unlimited)
+			fired := make(chan time.Time, 1)
+			timer := time.AfterFunc(20*time.Millisecond, func() {
+				runtime.GC()
+				fired <- time.Now()
+				m.Interrupt()
+			})
+			_, err = f.Call(m.Context(context.Background()))
+			returned := time.Now()
+			timer.Stop()
+			if err == nil || !m.Interrupted() || !m.Exhausted() {
+				t.Fatalf("interrupt: err %v, interrupted %v, exhausted %v", err, m.Interrupted(), m.Exhausted())
+			}
+			if d := returned.Sub(<-fired); d > bound {
+				t.Fatalf("trapped %v after the interrupt", d)
+			} else {
+				t.Logf("GC then Interrupt: stopped %v after", d)
+			}
+		})
+	}
+}
