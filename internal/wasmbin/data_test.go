@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -167,20 +166,8 @@ func TestMergeDataFillBounded(t *testing.T) {
 // rewritten module (and calling the export) leaves memory exactly as
 // instantiating the original does; where it does not, the bytes come back.
 func TestPassiveDataFixtures(t *testing.T) {
-	paths, _ := filepath.Glob("../../testdata/wasm/*.wasm")
-	if len(paths) < 10 {
-		t.Fatalf("found %d fixtures in testdata/wasm", len(paths))
-	}
 	applied := map[string]bool{}
-	for _, p := range paths {
-		name := filepath.Base(p)
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if shortSkip(name, b) {
-			continue
-		}
+	for name, b := range dataFixtures(t) {
 		t.Run(name, func(t *testing.T) {
 			out, export := PassiveData(b)
 			merged := MergeData(b)
@@ -218,17 +205,8 @@ func TestPassiveDataFixtures(t *testing.T) {
 // What the executor rewrites is the fuel pass's output: the same holds
 // for every fixture the pass accepts.
 func TestPassiveDataMetered(t *testing.T) {
-	paths, _ := filepath.Glob("../../testdata/wasm/*.wasm")
 	applied := 0
-	for _, p := range paths {
-		name := filepath.Base(p)
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if shortSkip(name, b) {
-			continue
-		}
+	for name, b := range dataFixtures(t) {
 		metered, _, err := fuel.Instrument(b)
 		if err != nil {
 			continue // refused by the pass: the executor does not rewrite it
@@ -250,11 +228,20 @@ func TestPassiveDataMetered(t *testing.T) {
 	}
 }
 
-// shortSkip reports whether -short leaves fixture name out: every guest
-// over 1 MiB (a standard-Go build: seconds in the interpreter) but
-// go_echo_reactor.wasm.
-func shortSkip(name string, b []byte) bool {
-	return testing.Short() && len(b) > 1<<20 && name != "go_echo_reactor.wasm"
+// dataFixtures returns the committed fixtures (fixtures), under -short
+// without the guests over 1 MiB (standard-Go builds: seconds each in the
+// interpreter) but go_echo_reactor.wasm.
+func dataFixtures(t *testing.T) map[string][]byte {
+	fx := fixtures(t)
+	if len(fx) < 10 {
+		t.Fatalf("found %d fixtures in testdata/wasm", len(fx))
+	}
+	for name, b := range fx {
+		if testing.Short() && len(b) > 1<<20 && name != "go_echo_reactor.wasm" {
+			delete(fx, name)
+		}
+	}
+	return fx
 }
 
 // dataCount returns the number of data segments of b.
