@@ -31,8 +31,12 @@ var errToolClosing = errors.New("the tool was closed during the call")
 // contexts, which shut cancels, so the calls do not all queue on one
 // context's mutex (context.AfterFunc locks it on hook and unhook).
 type callGate struct {
+	// running is written twice by every call: it has a cache line of its
+	// own, so the fields around it (the Tool's, read by every call, and
+	// closing, read at every host call) are not invalidated with it.
+	_       [64]byte
 	running atomic.Int64
-	_       [56]byte // running is written by every call; closing is read at every host call
+	_       [56]byte
 	closing atomic.Bool
 	next    atomic.Uint32 // the shard of the next call that waits on its context
 
