@@ -204,11 +204,14 @@ func (st *state) learn(seen *limits.WorkingSet) {
 	}
 }
 
+// learning reports whether st's working set is still being learnt.
+func (st *state) learning() bool { return st.learnt.Load() < maxLearnt }
+
 // learnFrom learns the working set of a call of in, an instance loaded
 // from its tool's image that is being closed rather than reset (strict,
 // or recycling off), while the tool is still learning it.
 func (in *instance) learnFrom() {
-	if st := in.from; st != nil && st.img != nil && st.learnt.Load() < maxLearnt {
+	if st := in.from; st != nil && st.img != nil && st.learning() {
 		st.learn(in.acct.ImageWorkingSet(st.img))
 	}
 }

@@ -268,7 +268,7 @@ func (in *instance) load(st *state, globals []api.MutableGlobal) bool {
 	case int64(mem.Size()) != int64(st.memSize):
 		return false
 	case st.img != nil:
-		mapped, seen, err := in.acct.MapImage(st.img, st.ws.Load()) // copy-on-write: a mapping, or putting back written pages
+		mapped, seen, err := in.acct.MapImage(st.img, st.ws.Load(), st.learning()) // copy-on-write: a mapping, or putting back written pages
 		if err != nil {
 			return false
 		}

@@ -95,8 +95,9 @@ func (m *Image) close() error {
 // cannot be read: then its written pages are discarded and read as the
 // image again). After a first mapping the pages of ws are populated (read,
 // or written: a private copy made now rather than by a fault in the guest).
-// It returns the working set b had before a reset (nil when not scanned).
-func mapImage(b []byte, img *Image, remap bool, ws *WorkingSet) (*WorkingSet, error) {
+// It returns the working set b had before a reset when want (nil when not
+// scanned).
+func mapImage(b []byte, img *Image, remap bool, ws *WorkingSet, want bool) (*WorkingSet, error) {
 	if remap {
 		if _, err := unix.MmapPtr(img.fd, 0, unsafe.Pointer(&b[0]), uintptr(img.size),
 			unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_FIXED|unix.MAP_NORESERVE); err != nil {
@@ -105,7 +106,7 @@ func mapImage(b []byte, img *Image, remap bool, ws *WorkingSet) (*WorkingSet, er
 		populate(b[:img.size], ws)
 		return nil, nil
 	}
-	seen, ok := copyBack(b[:img.size], img.view, false)
+	seen, ok := copyBack(b[:img.size], img.view, false, want)
 	if !ok {
 		if err := unix.Madvise(b[:img.size], unix.MADV_DONTNEED); err != nil {
 			return nil, err
@@ -117,7 +118,7 @@ func mapImage(b []byte, img *Image, remap bool, ws *WorkingSet) (*WorkingSet, er
 
 // scanImage returns the pages of b (mapping an image) written and read.
 func scanImage(b []byte, img *Image) *WorkingSet {
-	ws, _ := copyBack(b[:img.size], nil, true)
+	ws, _ := copyBack(b[:img.size], nil, true, true)
 	return ws
 }
 
@@ -151,7 +152,7 @@ var entryBufs = sync.Pool{New: func() any { return new([]byte) }}
 // copy (present or swapped, not a file page); every other page still reads
 // as the image. It reports false, having changed nothing, when the page map
 // cannot be read.
-func copyBack(b, view []byte, scanOnly bool) (*WorkingSet, bool) {
+func copyBack(b, view []byte, scanOnly, want bool) (*WorkingSet, bool) {
 	fd := pagemapFD()
 	if fd < 0 || len(b)%pageStep != 0 {
 		return nil, false
@@ -170,6 +171,23 @@ func copyBack(b, view []byte, scanOnly bool) (*WorkingSet, bool) {
 			return nil, false
 		}
 		got += n
+	}
+	if !want && !scanOnly {
+		written := 0
+		for p := 0; p < pages; p++ {
+			if e := *(*uint64)(unsafe.Pointer(&buf[p*8])); e&(pmPresent|pmSwapped) != 0 && e&pmFile == 0 {
+				written++
+			}
+		}
+		if written > KeepPagesMax {
+			return nil, false // the caller discards them all
+		}
+		for p := 0; p < pages; p++ {
+			if e := *(*uint64)(unsafe.Pointer(&buf[p*8])); e&(pmPresent|pmSwapped) != 0 && e&pmFile == 0 {
+				copy(b[p*pageStep:(p+1)*pageStep], view[p*pageStep:])
+			}
+		}
+		return nil, true
 	}
 	ws := &WorkingSet{}
 	for p := 0; p < pages; p++ {

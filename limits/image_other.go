@@ -13,7 +13,7 @@ func newImage([]byte) (*Image, error) { return nil, nil }
 
 func (m *Image) close() error { return nil }
 
-func mapImage([]byte, *Image, bool, *WorkingSet) (*WorkingSet, error) {
+func mapImage([]byte, *Image, bool, *WorkingSet, bool) (*WorkingSet, error) {
 	return nil, errors.ErrUnsupported
 }
 

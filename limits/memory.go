@@ -173,15 +173,15 @@ func (m *linearMemory) Free() {
 // none), so the guest does not fault them in itself; later it puts back the
 // pages written since (copied from the image and kept resident, or
 // discarded so they read as the image again). The memory must be exactly the image's size.
-// It returns the pages the instance had written and read since the last
-// MapImage, when it could see them (nil otherwise).
+// When want, it returns the pages the instance had written and read since
+// the last MapImage, when it could see them (nil otherwise).
 //
 // It returns false and nil, changing nothing, where mapping is impossible
 // (no image support, memory on the Go heap, another size): the caller may
 // copy the image instead. An error means the kernel refused the mapping
 // and the memory may no longer be mapped at all: the instance must be
 // closed without running or touching its memory again.
-func (a *Account) MapImage(img *Image, ws *WorkingSet) (bool, *WorkingSet, error) {
+func (a *Account) MapImage(img *Image, ws *WorkingSet, want bool) (bool, *WorkingSet, error) {
 	m := a.mem.Load()
 	if m == nil || img == nil {
 		return false, nil, nil
@@ -196,7 +196,7 @@ func (a *Account) MapImage(img *Image, ws *WorkingSet) (bool, *WorkingSet, error
 	if img.closed {
 		return false, nil, nil
 	}
-	seen, err := mapImage(m.buf, img, m.image != img, ws)
+	seen, err := mapImage(m.buf, img, m.image != img, ws, want)
 	if err != nil {
 		m.image = nil
 		return false, nil, err
