@@ -141,6 +141,7 @@ type gauges struct {
 	toolInflight                         map[string]int
 	poolReady, poolCap                   map[string]int   // pooled tools only
 	poolRecycled                         map[string]int64 // pooled tools only
+	imageInstances                       map[string]int64 // tools with an instance image only
 }
 
 func (m *metrics) write(w io.Writer, g gauges) {
@@ -230,6 +231,10 @@ func (m *metrics) write(w io.Writer, g gauges) {
 	head("sandboxd_pool_recycled_calls_total", "counter", "Calls served by a recycled instance (context-isolated tools whose module can be reset).")
 	for _, t := range sortedKeys(g.poolRecycled) {
 		fmt.Fprintf(&b, "sandboxd_pool_recycled_calls_total{tool=%s} %d\n", label(t), g.poolRecycled[t])
+	}
+	head("sandboxd_image_instances_total", "counter", "Instances loaded from their tool's instance image instead of running _initialize (context-isolated and strict tools whose module can be reset).")
+	for _, t := range sortedKeys(g.imageInstances) {
+		fmt.Fprintf(&b, "sandboxd_image_instances_total{tool=%s} %d\n", label(t), g.imageInstances[t])
 	}
 	_, _ = io.WriteString(w, b.String())
 }

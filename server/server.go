@@ -520,9 +520,12 @@ func (s *Server) handleMetrics(w http.ResponseWriter, _ *http.Request) {
 		inflight: len(s.adm.slots), queued: int(s.adm.queued.Load()), capacity: cap(s.adm.slots),
 		queueCap: int(s.adm.queueCap), draining: s.isDraining(), tools: len(c.order), toolInflight: map[string]int{},
 	}
-	g.poolReady, g.poolCap, g.poolRecycled = map[string]int{}, map[string]int{}, map[string]int64{}
+	g.poolReady, g.poolCap, g.poolRecycled, g.imageInstances = map[string]int{}, map[string]int{}, map[string]int64{}, map[string]int64{}
 	for id, e := range c.tools {
 		g.toolInflight[id] = len(e.inflight)
+		if n := e.tool.ImageInstances(); n > 0 {
+			g.imageInstances[id] = n
+		}
 		if ready, capacity := e.tool.PoolStats(); capacity > 0 {
 			g.poolReady[id], g.poolCap[id] = ready, capacity
 			g.poolRecycled[id] = e.tool.RecycledCalls()
