@@ -78,6 +78,13 @@ func TestPassiveDataHandBuilt(t *testing.T) {
 	if again := MergeData(merged); !bytes.Equal(again, merged) {
 		t.Errorf("MergeData changed its own output")
 	}
+	// A segment naming memory 0 explicitly (flag 2) is active in it too.
+	explicit := module(memSec, sec(secData, vec([]byte{2, 0, 0x41, 3, 0x0b, 1, 'a'}, active(9, "b"))))
+	out, name = PassiveData(explicit)
+	if name == "" {
+		t.Fatal("PassiveData did not apply to a segment with an explicit memory 0")
+	}
+	sameMemory(t, explicit, out, name)
 	// A module with data but no type, function, export or code section gets
 	// all four, in order (wazero rejects misordered sections).
 	bare := module(memSec, sec(secData, vec(active(7, "x"))))
