@@ -206,12 +206,12 @@ func (t *reactorHandler) putBack(p *pool, in *instance, budget int64) bool {
 
 // inlineResetMax is the largest snapshot the caller resets itself after its
 // call (a copy of a few microseconds) even when the pool has instances
-// ready (an instance mapped from its tool's image is always reset inline:
-// its reset discards the pages it wrote, image.go): waking the refill goroutine and waiting for it to run costs more
+// ready: waking the refill goroutine and waiting for it to run costs more
 // than such a copy. A larger instance is handed to the refill goroutine,
 // off the caller's path, unless the pool is empty: then the next call would
-// instantiate anew, which costs far more than the copy (a standard-Go guest:
-// milliseconds against a few hundred microseconds).
+// instantiate anew, which costs more than the reset (a standard-Go guest:
+// a few hundred microseconds, loaded from its image, against tens for
+// copying back the pages a call wrote, recycle.go).
 const inlineResetMax = 256 << 10
 
 // recycleInline resets a recyclable instance on the caller's goroutine and
@@ -220,7 +220,7 @@ const inlineResetMax = 256 << 10
 func (t *reactorHandler) recycleInline(in *instance) bool {
 	p := t.pool
 	if p == nil || in.snap == nil || !in.reusable || t.closed.Load() ||
-		(in.snap.st.memSize > inlineResetMax && in.snap.st.img == nil && len(p.ready) > 0) {
+		(in.snap.st.memSize > inlineResetMax && len(p.ready) > 0) {
 		return false
 	}
 	budget, _ := t.exec.cfg.poolLimits()
