@@ -97,3 +97,24 @@ func TestDataInitCalledByGuestTraps(t *testing.T) {
 		_ = tool.Close(context.Background())
 	}
 }
+
+// With unmetered modules allowed, a module the fuel pass finds malformed
+// is still refused before wazero decodes it: wazero allocates whatever a
+// vector count claims, and each of these 13-byte modules claims 2^32-1
+// entries (without the refusal the test binary dies: out of memory).
+func TestMalformedCountsRefusedWhenUnmeteredAllowed(t *testing.T) {
+	e := newExecutor(t, func(c executor.Config) executor.Config { return c.WithAllowUnmetered(true) })
+	const hdr = "\x00asm\x01\x00\x00\x00"
+	for name, b := range map[string]string{
+		"data":    hdr + "\x05\x03\x01\x00\x01" + "\x0b\x05\xff\xff\xff\xff\x0f",
+		"global":  hdr + "\x06\x05\xff\xff\xff\xff\x0f",
+		"export":  hdr + "\x07\x05\xff\xff\xff\xff\x0f",
+		"element": hdr + "\x09\x05\xff\xff\xff\xff\x0f",
+	} {
+		_, err := e.Load(context.Background(), manifestFor(t, "echo_reactor", nil), executor.WithModule([]byte(b)))
+		te := wantCode(t, err, toolerr.HandlerShapeInvalid)
+		if !strings.Contains(te.Message, "malformed") {
+			t.Errorf("%s: %q, want it called malformed", name, te.Message)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"errors"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -97,6 +98,13 @@ func (e *Executor) compileCode(ctx context.Context, t *Tool, mod *artifact.Modul
 	if ferr == nil {
 		bin, c.metered, c.verdict = metered, true, verdict // fuelcache.go
 		bin, c.dataInit = dataSegments(ga, bin)
+	} else if errors.Is(ferr, fuel.ErrMalformed) {
+		// Refused even when unmetered modules are allowed: wazero's decoder
+		// allocates whatever a vector count claims (13 bytes claiming 2^32
+		// data segments, globals, exports or element segments make it
+		// allocate tens of GB and the process dies); the pass checks every
+		// count against the bytes left.
+		return nil, ferr
 	} else if !e.cfg.allowUnmetered {
 		return nil, unmeteredRefused(ferr)
 	}
