@@ -36,6 +36,33 @@
 //	  global.get $fuel; global.get $limit; i64.sub; local.set $d
 //	end
 //
+// A loop whose block type takes no parameters is versioned: the check at
+// its header branches out of it (br_if) to a refill path placed after the
+// loop, inside an outer loop that re-enters it,
+//
+//	block bt ;; $exit
+//	  loop bt ;; $outer
+//	    block ;; $refill
+//	      loop bt
+//	        local.get $d; i64.const C; i64.sub; local.tee $d
+//	        i64.const 0; i64.lt_s; br_if $refill
+//	        body ;; branches to labels outside the loop: depth + 3
+//	      end
+//	      br $exit
+//	    end
+//	    (the refill of the check above); $d += C; br $outer
+//	  end
+//	end
+//
+// which spends the same fuel at the same points (the re-entry pays C
+// again, which the refill path added back) but keeps the call out of the
+// loop, so that wazero's register allocator keeps the loop's values in
+// registers on its hot path (a Go function is one dispatch loop: with the
+// call inside it, every local was loaded and stored in each iteration).
+// Only the check's br_if names $refill, so the refill path, which adds C
+// back, is reached only after paying C. Loops with parameters, and the
+// loops of a function that keeps its count in the global, keep the if form.
+//
 // Before every call and every way out of the function (return, a branch to
 // the function's label, its final end) it writes $fuel = $d + $limit, and
 // after every call it reloads $d, since the callee spent from the global.

@@ -803,7 +803,13 @@ const (
 //
 // The body's branches to labels outside the loop get their depths raised
 // by 3 for each versioned loop they leave (shiftBranch); branches to the
-// loop itself (continue) and to frames inside it are unchanged. A loop
+// loop itself (continue) and to frames inside it are unchanged. So no
+// instruction of the module names $exit, $outer or $refill: only the
+// check's br_if enters the refill path, after paying C. That matters: the
+// refill path adds C back, and a branch that reached it without paying
+// (a wrong shift) would make a loop that spends nothing
+// (TestLoopVersioningDifferential and TestLoopVersioningKeepsFuel catch
+// one). A loop
 // with parameters (a type-index block type) keeps the plain check: br_if
 // $refill would drop its parameters. So does every loop of a function that
 // keeps its count in the global (one with a try_table, whose catch clauses
