@@ -209,7 +209,7 @@ func TestImageResetRandomWrites(t *testing.T) {
 		for n := int(next() % 20); n > 0; n-- {
 			buf[next()%uint64(len(buf))] ^= byte(next()%255 + 1)
 		}
-		_ = buf[next()%uint64(len(buf))] // a read
+		_ = buf[next()%uint64(len(buf))]                    // a read
 		ok, seen, err := a.MapImage(img, nil, round%2 == 0) // odd rounds: the copy without a working set
 		if round%2 == 1 && seen != nil {
 			t.Fatal("a reset not asked for the working set returned one")
