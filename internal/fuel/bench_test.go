@@ -35,16 +35,22 @@ var variants = []variant{
 
 // BenchmarkInterruption measures what making a tight loop interruptible
 // costs: the same loop run plain (not interruptible at all), instrumented by
-// this package (fuel Unlimited: interruptible through the floor) and plain
-// under wazero's WithCloseOnContextDone, measured in the same run. It
-// reports each variant's time per call and the ratios
-// metered/plain and closeondone/plain.
+// this package (fuel Unlimited: interruptible through the floor), the same
+// with the plain check at loop headers instead of versioned loops
+// (metered-plainloops: pass version 6's output) and plain under wazero's
+// WithCloseOnContextDone, measured in the same run. It reports each
+// variant's time per call and its ratio to plain.
 //
 //	go test -run '^$' -bench Interruption -benchtime 5x ./internal/fuel
 //
 // On a shared 2-core AMD EPYC VM (Go 1.26.8, wazero v1.12.0), 50M
 // iterations, medians of 20 interleaved runs:
 //
+//	pass version 7 (versioned loops), 2 runs, load average 0.9-1.3:
+//	go-loop:  plain 174-178 ms, metered 1.06-1.17x, plainloops 1.29-1.36x
+//	wat-loop: plain 57-77 ms, metered 0.65-0.73x, plainloops 1.20-1.26x
+//	(the count loop runs faster metered than plain: wazero lays out the
+//	plain loop with two taken jumps per iteration, see below)
 //	pass version 5 (weights, bulk helpers; the count loop's code is
 //	unchanged), 5 runs, shared 2-core Xeon VM:
 //	wat-loop: plain 70.1 ms, metered 77.7 ms (1.11x), closeondone 27.8x
