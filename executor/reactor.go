@@ -85,6 +85,7 @@ type instance struct {
 	from           *state    // the tool image it was loaded from or made (image.go); nil if none
 	recycled       int       // how many times reset put it back
 	reusable       bool      // its last call ended cleanly
+	wake           bool      // taken from the pool, which its call refills when over (pool.go)
 	acct           *limits.Account
 	tables         *tableAccount // its tables' elements, charged to acct (tables.go)
 	needs          needsKey      // posture none: the key of the calls it serves (pool.go)
@@ -188,6 +189,9 @@ func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[strin
 		if in, err = t.newInstance(ctx, env, stdout, stderr); err != nil {
 			return &runOutcome{err: err}
 		}
+	} else if in.wake {
+		in.wake = false
+		defer t.wakeRefill() // pool.go: once the call is over
 	}
 	if in.snap != nil && t.pool != nil {
 		t.pool.out.Add(1) // back through retire
