@@ -226,6 +226,7 @@ func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[strin
 		}
 		return err
 	})
+	in.sleep.ctx.Store(nil) // the instance keeps nothing of the call's context
 	in.stdout.Switch(nil)
 	in.stderr.Switch(nil)
 	stdout.Flush()
