@@ -278,16 +278,20 @@ func (t *reactorHandler) takeInstance(key needsKey) *instance {
 		}
 		// Wake the refill goroutine unless a recyclable instance was taken
 		// from a pool that will be full again when it comes back: a wake-up
-		// costs the caller a futex call. After a hit it is woken when the
-		// call is over (run: wakeRefill), so that the new instance is not
-		// built while the call runs — on a busy machine the two compete
-		// for the CPU, and a never-used Go instance's call took 2–3 times
-		// as long with its refill running beside it. A miss wakes it now.
+		// costs the caller a futex call. While the pool still has instances
+		// ready it is woken when the call is over (run: wakeRefill), so that
+		// the new instance is not built while the call runs — on a busy
+		// machine the two compete for the CPU, and a never-used Go
+		// instance's call took 2–3 times as long with its refill running
+		// beside it. A miss, or a take that emptied the pool (calls come
+		// faster than the pool refills), wakes it now.
 		comesBack := in != nil && in.snap != nil && len(p.ready)+int(p.out.Load())+1 >= int(p.target.Load())
-		if in == nil {
+		switch {
+		case comesBack:
+		case in == nil || len(p.ready) == 0:
 			t.wakeRefill()
-		} else {
-			in.wake = !comesBack
+		default:
+			in.wake = true
 		}
 		return in
 	}
