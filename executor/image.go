@@ -112,7 +112,11 @@ func (t *reactorHandler) clone(in *instance, mod api.Module, img *state) error {
 		}
 	}
 	in.mod = mod // load reads the memory through it
-	if !in.load(img, s.globals) {
+	// With its data segments passive (handler.go), instantiation wrote
+	// nothing into memory: it is all zero, and copying the image's non-zero
+	// chunks is the whole load — clearing the rest would only fault in
+	// untouched pages (a few microseconds each here).
+	if !in.load(img, s.globals, t.dataInit != "") {
 		return errClone
 	}
 	in.from = img

@@ -189,3 +189,31 @@ func TestImageGoGuest(t *testing.T) {
 		})
 	}
 }
+
+// A small memory (one page: the image is a copy, not a mapping) loaded
+// into a fresh instance — whose passive data segments left its memory all
+// zero — reads exactly as _initialize left it, its data segments' bytes
+// included, after traps, growth and fd_close in earlier calls.
+func TestImageSmallMemoryClones(t *testing.T) {
+	for _, pool := range []int{0, 2} {
+		e := newExecutor(t, func(c executor.Config) executor.Config { return c.WithPoolSize(pool) })
+		tool := load(t, e, "state_reactor", func(m map[string]any) { m["sandbox"] = "strict" })
+		for i, in := range []string{`{}`, `{"a":1}`, `{}`, `{"aa":1}`, `{}`, `{"aaa":1}`, `{}`, `{}`} {
+			res, err := invoke(t, tool, in)
+			if in == `{"a":1}` {
+				wantCode(t, err, toolerr.HandlerTrap)
+				continue
+			}
+			want := freshState
+			if in == `{"aa":1}` {
+				want = `{"g":1,"m":1,"pages":2,"fd1":1}`
+			}
+			if err != nil || string(res.Output) != want {
+				t.Fatalf("pool %d call %d (%s): %v %v, want %s", pool, i, in, res, err, want)
+			}
+		}
+		if n := tool.ImageInstances(); n < 4 {
+			t.Fatalf("pool %d: only %d instances were loaded from the image", pool, n)
+		}
+	}
+}

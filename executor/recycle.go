@@ -247,7 +247,7 @@ func (in *instance) reset() bool {
 		}
 		return false
 	}
-	if !in.load(s.st, s.globals) {
+	if !in.load(s.st, s.globals, false) {
 		return false
 	}
 	in.resetAccount()
@@ -256,9 +256,11 @@ func (in *instance) reset() bool {
 }
 
 // load writes st into in: its memory (of st's size already) and its mutable
-// globals through the handles. It returns false when that failed; the
-// instance must then be closed, never run.
-func (in *instance) load(st *state, globals []api.MutableGlobal) bool {
+// globals through the handles. zeroed says the memory is known to be all
+// zero (a fresh instance that wrote nothing into it), so a copied state
+// need only write its non-zero chunks. It returns false when that failed;
+// the instance must then be closed, never run.
+func (in *instance) load(st *state, globals []api.MutableGlobal, zeroed bool) bool {
 	mem := memoryOf(in.mod)
 	switch {
 	case mem == nil:
@@ -284,7 +286,13 @@ func (in *instance) load(st *state, globals []api.MutableGlobal) bool {
 		if !ok {
 			return false
 		}
-		st.restore(b)
+		if zeroed {
+			for _, r := range st.runs {
+				copy(b[r.off:], r.data)
+			}
+		} else {
+			st.restore(b)
+		}
 	}
 	if len(globals) != len(st.values) {
 		return false
