@@ -64,6 +64,9 @@ type wasmCode struct {
 	// segments were made passive (so that an instance cloned from a memory
 	// image, image.go, skips the copy) runs it right after instantiation.
 	dataInit string
+	// zeroMem: the module has no active data segment, so an instance's
+	// memory is all zero until its own code runs (image.go).
+	zeroMem bool
 }
 
 func (c *wasmCode) code() *wasmCode { return c }
@@ -98,6 +101,7 @@ func (e *Executor) compileCode(ctx context.Context, t *Tool, mod *artifact.Modul
 	if ferr == nil {
 		bin, c.metered, c.verdict = metered, true, verdict // fuelcache.go
 		bin, c.dataInit = dataSegments(ga, bin)
+		c.zeroMem = !wasmbin.HasActiveData(bin) // image.go: a fresh instance's memory is all zero
 	} else if errors.Is(ferr, fuel.ErrMalformed) {
 		// Refused even when unmetered modules are allowed: wazero's decoder
 		// allocates whatever a vector count claims (13 bytes claiming 2^32

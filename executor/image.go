@@ -112,11 +112,11 @@ func (t *reactorHandler) clone(in *instance, mod api.Module, img *state) error {
 		}
 	}
 	in.mod = mod // load reads the memory through it
-	// With its data segments passive (handler.go), instantiation wrote
-	// nothing into memory: it is all zero, and copying the image's non-zero
-	// chunks is the whole load — clearing the rest would only fault in
-	// untouched pages (a few microseconds each here).
-	if !in.load(img, s.globals, t.dataInit != "") {
+	// Without active data segments (none, or made passive: handler.go),
+	// instantiation wrote nothing into memory: it is all zero, and copying
+	// the image's non-zero chunks is the whole load — clearing the rest
+	// would only fault in untouched pages (a few microseconds each here).
+	if !in.load(img, s.globals, t.zeroMem) {
 		return errClone
 	}
 	in.from = img
