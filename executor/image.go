@@ -18,8 +18,8 @@ import (
 // fuel pass found resettable (recycle.go: what a reset writes back — linear
 // memory and mutable globals — is all the state an instance has), the first
 // instance a tool initialises with no call's data (no env, no input) and
-// whose _initialize changed no host state (the pass's dirty flag stayed
-// clear) gives the tool its image: that state, its memory held as a sealed
+// whose _initialize changed no host state (hostWatch: no state-changing
+// WASI call took effect) gives the tool its image: that state, its memory held as a sealed
 // memfd (limits.Image) once it is larger than imageMapMin. Every later
 // instance of the tool is instantiated without running any of its code
 // (no data-segment initialiser, start function or _initialize) and loaded
@@ -29,9 +29,13 @@ import (
 // as one that ran _initialize itself, with one difference, the one recycled
 // instances already have: the values the guest drew during _initialize
 // (random bytes, clock readings) are the image's, the same for every
-// instance of the tool. A reset (recycle.go) of a mapped instance discards
-// the pages it wrote instead of copying; clean pages are shared by all the
-// tool's instances, so an idle instance holds almost no private memory.
+// instance of the tool. A reset (recycle.go) of a mapped instance copies
+// back only the pages it wrote (limits: found in the page map; discarded
+// instead past limits.KeepPagesMax); clean pages are shared by all the
+// tool's instances, so an idle instance holds little private memory. The
+// pages the tool's first calls touched are made resident in every new
+// instance when it is mapped (state.learn), so its call takes no faults
+// on them.
 //
 // Images are off for deterministic executors (their clocks and randomness
 // live outside the guest, recycle.go), for tools with declared env, for
