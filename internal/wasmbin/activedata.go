@@ -5,40 +5,27 @@ package wasmbin
 // instance's memory is all zero until the module's own code writes to it.
 // Anything it cannot read counts as having one.
 func HasActiveData(b []byte) bool {
-	r := &reader{b: b}
-	if len(b) < 8 || string(b[:4]) != "\x00asm" {
+	sec, err := findSection(b, secData)
+	if err != nil {
 		return true
 	}
-	r.off = 8
-	for r.off < len(b) {
-		id, err := r.byte()
-		if err != nil {
+	if sec == nil {
+		return false
+	}
+	n, err := sec.uleb(32)
+	if err != nil {
+		return true
+	}
+	for i := uint64(0); i < n; i++ {
+		flags, err := sec.uleb(32)
+		if err != nil || flags != 1 {
+			return true // 0 and 2 are active; anything else is unreadable
+		}
+		l, err := sec.uleb(32)
+		if err != nil || l > uint64(len(sec.b)-sec.off) {
 			return true
 		}
-		size, err := r.uleb(32)
-		if err != nil || size > uint64(len(b)-r.off) {
-			return true
-		}
-		end := r.off + int(size)
-		if id == secData {
-			sec := &reader{b: b[:end], off: r.off}
-			n, err := sec.uleb(32)
-			if err != nil {
-				return true
-			}
-			for i := uint64(0); i < n; i++ {
-				flags, err := sec.uleb(32)
-				if err != nil || flags != 1 {
-					return true // 0 and 2 are active; anything else is unreadable
-				}
-				l, err := sec.uleb(32)
-				if err != nil || l > uint64(len(sec.b)-sec.off) {
-					return true
-				}
-				sec.off += int(l)
-			}
-		}
-		r.off = end
+		sec.off += int(l)
 	}
 	return false
 }

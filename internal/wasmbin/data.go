@@ -493,46 +493,58 @@ func appendSLEB(b []byte, v int64) []byte {
 // ExportsFunction reports whether b exports a function named name (false
 // when b cannot be read).
 func ExportsFunction(b []byte, name string) bool {
-	if len(b) < 8 || string(b[:4]) != "\x00asm" {
+	sec, err := findSection(b, secExport)
+	if err != nil || sec == nil {
 		return false
 	}
-	r := &reader{b: b, off: 8}
-	for r.off < len(b) {
-		id, err := r.byte()
-		if err != nil {
-			return false
-		}
-		size, err := r.uleb(32)
-		if err != nil || size > uint64(len(b)-r.off) {
-			return false
-		}
-		end := r.off + int(size)
-		if id != secExport {
-			r.off = end
-			continue
-		}
-		sec := &reader{b: b[:end], off: r.off}
-		n, err := sec.uleb(32)
-		if err != nil {
-			return false
-		}
-		for i := uint64(0); i < n; i++ {
-			s, err := sec.name()
-			if err != nil {
-				return false
-			}
-			kind, err := sec.byte()
-			if err != nil {
-				return false
-			}
-			if _, err := sec.uleb(32); err != nil {
-				return false
-			}
-			if s == name && ExternKind(kind) == KindFunc {
-				return true
-			}
-		}
+	n, err := sec.uleb(32)
+	if err != nil {
 		return false
+	}
+	for i := uint64(0); i < n; i++ {
+		s, err := sec.name()
+		if err != nil {
+			return false
+		}
+		kind, err := sec.byte()
+		if err != nil {
+			return false
+		}
+		if _, err := sec.uleb(32); err != nil {
+			return false
+		}
+		if s == name && ExternKind(kind) == KindFunc {
+			return true
+		}
 	}
 	return false
+}
+
+// findSection returns a reader over the body of b's first section with id,
+// or nil when b has none; an error when b cannot be read that far.
+func findSection(b []byte, id byte) (*reader, error) {
+	r := &reader{b: b}
+	if len(b) < 8 || string(b[:4]) != "\x00asm" {
+		return nil, r.fail("missing magic")
+	}
+	r.off = 8
+	for r.off < len(b) {
+		sid, err := r.byte()
+		if err != nil {
+			return nil, err
+		}
+		size, err := r.uleb(32)
+		if err != nil {
+			return nil, err
+		}
+		if size > uint64(len(b)-r.off) {
+			return nil, r.fail("section past end")
+		}
+		end := r.off + int(size)
+		if sid == id {
+			return &reader{b: b[:end], off: r.off}, nil
+		}
+		r.off = end
+	}
+	return nil, nil
 }
