@@ -129,6 +129,11 @@ const (
 	pmFile    = 1 << 61 // file page or shared anonymous: here, an image page not written
 )
 
+// pageWritten reports whether a page-map entry of an image mapping is a
+// page the instance wrote: its own copy (present or swapped, not a file
+// page). A present file page is the image's, only read.
+func pageWritten(e uint64) bool { return e&(pmPresent|pmSwapped) != 0 && e&pmFile == 0 }
+
 var pagemap struct {
 	once sync.Once
 	fd   int // -1: not readable
@@ -172,10 +177,11 @@ func copyBack(b, view []byte, scanOnly, want bool) (*WorkingSet, bool) {
 		}
 		got += n
 	}
+	entry := func(p int) uint64 { return *(*uint64)(unsafe.Pointer(&buf[p*8])) }
 	if !want && !scanOnly {
 		written := 0
 		for p := 0; p < pages; p++ {
-			if e := *(*uint64)(unsafe.Pointer(&buf[p*8])); e&(pmPresent|pmSwapped) != 0 && e&pmFile == 0 {
+			if pageWritten(entry(p)) {
 				written++
 			}
 		}
@@ -183,7 +189,7 @@ func copyBack(b, view []byte, scanOnly, want bool) (*WorkingSet, bool) {
 			return nil, false // the caller discards them all
 		}
 		for p := 0; p < pages; p++ {
-			if e := *(*uint64)(unsafe.Pointer(&buf[p*8])); e&(pmPresent|pmSwapped) != 0 && e&pmFile == 0 {
+			if pageWritten(entry(p)) {
 				copy(b[p*pageStep:(p+1)*pageStep], view[p*pageStep:])
 			}
 		}
@@ -191,13 +197,11 @@ func copyBack(b, view []byte, scanOnly, want bool) (*WorkingSet, bool) {
 	}
 	ws := &WorkingSet{}
 	for p := 0; p < pages; p++ {
-		e := *(*uint64)(unsafe.Pointer(&buf[p*8]))
-		switch {
-		case e&(pmPresent|pmSwapped) == 0:
-		case e&pmFile != 0:
-			ws.Read = append(ws.Read, uint32(p))
-		default:
+		switch e := entry(p); {
+		case pageWritten(e):
 			ws.Write = append(ws.Write, uint32(p))
+		case e&pmPresent != 0:
+			ws.Read = append(ws.Read, uint32(p))
 		}
 	}
 	if scanOnly {

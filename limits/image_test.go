@@ -5,6 +5,7 @@ package limits
 import (
 	"bytes"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -62,7 +63,7 @@ func TestImageCopyOnWrite(t *testing.T) {
 	if !bytes.Equal(buf, src) {
 		t.Fatal("the memory does not read as the image after its writes were put back")
 	}
-	if seen == nil || !slicesEqual(seen.Write, []uint32{0, 16, 32}) {
+	if seen == nil || !slices.Equal(seen.Write, []uint32{0, 16, 32}) {
 		t.Fatalf("the reset saw written pages %v, want [0 16 32]", seen)
 	}
 	// Growth past the image keeps the image's part and zeroes the rest.
@@ -165,18 +166,6 @@ func smapsOf(t *testing.T, addr uintptr) map[string]int {
 		t.Fatalf("no mapping at %#x", addr)
 	}
 	return f
-}
-
-func slicesEqual(a, b []uint32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestImageResetRandomWrites: whatever pages an instance writes (any byte
