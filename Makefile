@@ -8,7 +8,7 @@ BIN ?= bin/sandboxd
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GO_BUILD_FLAGS := -trimpath -buildvcs=auto -ldflags '-X main.stampedVersion=$(VERSION)'
 
-.PHONY: all build install test test-deploy test-short lint check demo bench image
+.PHONY: all build install test test-deploy test-short lint check demo bench image tools
 
 all: build
 
@@ -46,11 +46,11 @@ test-short:
 
 # go vet and staticcheck (required: .ci/deps.d/10-lint.sh pins it) on the
 # main module and bench/; staticcheck on deploy/kubernetes/validate too.
-STATICCHECK ?= staticcheck
+STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $(CURDIR)/.tools/bin/staticcheck)
 lint:
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./...
-	@command -v $(STATICCHECK) >/dev/null 2>&1 || { echo "lint: staticcheck is not installed: go install honnef.co/go/tools/cmd/staticcheck@v0.8.2"; exit 1; }
+	@command -v $(STATICCHECK) >/dev/null 2>&1 || { echo "lint: staticcheck is not installed: make tools"; exit 1; }
 	$(STATICCHECK) ./...
 	cd bench && $(STATICCHECK) ./...
 	cd $(DEPLOY_MOD) && GOFLAGS= $(STATICCHECK) ./...
@@ -63,6 +63,16 @@ check:
 	cd bench && $(GO) mod tidy -diff
 	cd $(DEPLOY_MOD) && GOFLAGS= $(GO) mod tidy -diff
 	$(MAKE) --no-print-directory wasm-check
+
+# The contributor tools the integration suites use, the same pinned versions
+# CI installs: every .ci/deps.d/*.sh (staticcheck, oras, crane, the Extism
+# PDK examples' packages, the MCP TypeScript SDK) into ./.tools, where the
+# tests look for them. Debian's packages (wabt, docker-registry, ...) are the
+# apt line in README.md.
+TOOLS_DIR ?= $(CURDIR)/.tools
+tools:
+	@mkdir -p $(TOOLS_DIR)/bin
+	SANDBOXD_TOOLS=$(TOOLS_DIR) PATH="$(TOOLS_DIR)/bin:$$PATH" bash -ec 'for f in .ci/deps.d/*.sh; do echo "== $$f"; . "$$f"; done'
 
 # The main job on the bundled example handler.
 demo:

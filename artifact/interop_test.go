@@ -36,9 +36,9 @@ func ociTool(t testing.TB, name string) string {
 		}
 	}
 	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s is not installed (bash .ci/deps.d/40-oci.sh); CI=true requires it", name)
+		t.Fatalf("%s is not installed (make tools); CI=true requires it", name)
 	}
-	t.Skipf("%s is not installed (bash .ci/deps.d/40-oci.sh)", name)
+	t.Skipf("%s is not installed (make tools)", name)
 	return ""
 }
 

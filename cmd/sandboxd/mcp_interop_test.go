@@ -20,7 +20,7 @@ func tsSDKDir(t *testing.T) string {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf(format+"; CI=true requires it (.ci/deps.d/30-mcp.sh)", a...)
 		}
-		t.Skipf(format+" (run .ci/deps.d/30-mcp.sh)", a...)
+		t.Skipf(format+" (make tools)", a...)
 		return ""
 	}
 	if _, err := exec.LookPath("node"); err != nil {
@@ -33,8 +33,11 @@ func tsSDKDir(t *testing.T) string {
 	dir, _ := filepath.Abs(filepath.Join(tools, "mcp-node"))
 	b, err := os.ReadFile(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk", "package.json"))
 	var pkg struct{ Version string }
-	if err != nil || json.Unmarshal(b, &pkg) != nil || pkg.Version != "1.32.2" {
-		return missing("@modelcontextprotocol/sdk@1.32.2 is not installed in %s (found %q)", dir, pkg.Version)
+	if err != nil || json.Unmarshal(b, &pkg) != nil || pkg.Version == "" {
+		return missing("@modelcontextprotocol/sdk@1.32.2 is not installed in %s", dir)
+	}
+	if pkg.Version != "1.32.2" {
+		return missing("@modelcontextprotocol/sdk@1.32.2 is needed in %s, found %s", dir, pkg.Version)
 	}
 	return dir
 }

@@ -38,9 +38,9 @@ func ociClient(t testing.TB, name string) string {
 		}
 	}
 	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s is not installed (bash .ci/deps.d/40-oci.sh); CI=true requires it", name)
+		t.Fatalf("%s is not installed (make tools); CI=true requires it", name)
 	}
-	t.Skipf("%s is not installed (bash .ci/deps.d/40-oci.sh)", name)
+	t.Skipf("%s is not installed (make tools)", name)
 	return ""
 }
 
