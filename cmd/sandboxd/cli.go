@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -62,6 +61,18 @@ func usageText() string {
 	return b.String()
 }
 
+// commandHint is "; did you mean X?" for the command nearest name, or "".
+func commandHint(name string) string {
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	if s := nearest(strings.TrimLeft(name, "-"), names); s != "" {
+		return "; did you mean " + s + "?"
+	}
+	return ""
+}
+
 // run is the whole CLI: it parses args and returns the process exit code.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -79,7 +90,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		case len(args) == 2:
 			c, ok := commands[args[1]]
 			if !ok {
-				fmt.Fprintf(stderr, "sandboxd help: unknown command %q\n\n%s", args[1], usageText())
+				fmt.Fprintf(stderr, "sandboxd help: unknown command %q%s (sandboxd help lists the commands)\n", args[1], commandHint(args[1]))
 				return exitUsage
 			}
 			return showHelp(ctx, c, stdin, stdout)
@@ -89,7 +100,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	c, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(stderr, "sandboxd: unknown command %q\n\n%s", args[0], usageText())
+		fmt.Fprintf(stderr, "sandboxd: unknown command %q%s (sandboxd help lists the commands)\n", args[0], commandHint(args[0]))
 		return exitUsage
 	}
 	if wantsHelp(args[1:]) {
@@ -152,11 +163,8 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			"Bad flags exit 2. Diagnostics and guest output go to stderr.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if code, done := parseFlags(fs, stderr, func() error { return fs.Parse(args) }); done {
+		return code
 	}
 	usage := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "sandboxd run: "+format+"\n", a...)

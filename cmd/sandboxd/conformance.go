@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -59,12 +58,9 @@ func cmdConformance(ctx context.Context, args []string, _ io.Reader, stdout, std
 			"pack, unreachable registry) — no verdict.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	var pos []string
+	if code, done := parseFlags(fs, stderr, func() (err error) { pos, err = parseInterspersed(fs, args); return err }); done {
+		return code
 	}
 	usage := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "sandboxd conformance: "+format+"\n", a...)
@@ -92,8 +88,11 @@ func cmdConformance(ctx context.Context, args []string, _ io.Reader, stdout, std
 	if *trustedKeys != "" && *envelope == "" {
 		return usage("--trusted-keys is for --envelope")
 	}
-	var bm pack.BundleMap
-	var bmPath string
+	var (
+		bm     pack.BundleMap
+		bmPath string
+		err    error
+	)
 	if ociIndex {
 		bmPath = *bundleMap // a path inside the image
 	} else if *bundleMap != "" {

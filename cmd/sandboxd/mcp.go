@@ -39,11 +39,8 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			"SIGHUP reloads the tools. See docs/mcp.md.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if code, done := parseFlags(fs, stderr, func() error { return fs.Parse(args) }); done {
+		return code
 	}
 	plog := server.NewLogger(stderr)
 	var problems []string

@@ -282,11 +282,8 @@ func cmdServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 			"SIGTERM drains and exits 0; SIGHUP reloads the tools.\n\nFlags:\n", tokenEnv)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if code, done := parseFlags(fs, stderr, func() error { return fs.Parse(args) }); done {
+		return code
 	}
 	if *sf.bodyMB <= 0 || *sf.bodyTimeout <= 0 {
 		fmt.Fprintln(stderr, "serve: --body-budget-mb and --body-timeout must be positive")
