@@ -722,7 +722,7 @@ func (r *runner) checkPolicy(m *manifest.Manifest, pt packTool, add func(string,
 	case m.Limits == nil:
 		add("limits", StatusPass, "", "no limits declared: operator defaults apply")
 	case m.Limits.MemMB > 4096:
-		add("limits", StatusFail, toolerr.LevelNotSupported, "limits.memMB %d is over the wasm32 maximum of 4096", m.Limits.MemMB)
+		add("limits", StatusFail, toolerr.InvalidToolDefinition, "limits.memMB %d is over the wasm32 maximum of 4096 MB: declare 4096 or less", m.Limits.MemMB)
 		ok = false
 	default:
 		add("limits", StatusPass, "", "memMB %d, cpuMs %d", m.Limits.MemMB, m.Limits.CPUMs)

@@ -305,7 +305,11 @@ func (e *Executor) effectiveLimits(m *manifest.Manifest) (toolLimits, error) {
 		l = toolLimits{memMB: m.Limits.MemMB, cpuMs: m.Limits.CPUMs}
 	}
 	if l.memMB > maxMemMB {
-		return l, toolerr.New(toolerr.LevelNotSupported, "limits.memMB %d is over the wasm32 maximum of %d", l.memMB, maxMemMB)
+		if m.Limits != nil { // the manifest's own mistake: a definition no sandboxd can run
+			return l, &toolerr.Error{Code: toolerr.InvalidToolDefinition, Message: fmt.Sprintf("limits.memMB %d is over the wasm32 maximum of %d MB: declare %d or less", l.memMB, maxMemMB, maxMemMB),
+				Details: map[string]any{"limit": "memMB", "declared": l.memMB, "max": maxMemMB}}
+		}
+		return l, toolerr.New(toolerr.LevelNotSupported, "the operator default memMB %d (--default-mem-mb) is over the wasm32 maximum of %d MB", l.memMB, maxMemMB)
 	}
 	if c := e.cfg.maxMemMB; c > 0 && l.memMB > c {
 		return l, &toolerr.Error{Code: toolerr.PolicyRefused, Message: fmt.Sprintf("limits.memMB %d is above this sandboxd's ceiling of %d (--max-mem-mb)", l.memMB, c),

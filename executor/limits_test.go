@@ -112,3 +112,18 @@ func TestDeclaredMinimumMemoryRefusedAtLoad(t *testing.T) {
 	// With room for it, the same module loads.
 	load(t, e, "big_min_memory", withLimits(200, 1000))
 }
+
+// A memMB no wasm32 guest can have is the manifest's mistake
+// (invalid-tool-definition, saying what to declare), not a level this
+// sandboxd lacks (issue 27 §3).
+func TestMemMBOverWasm32IsInvalidDefinition(t *testing.T) {
+	e := newExecutor(t)
+	_, err := e.Load(context.Background(), manifestFor(t, "echo_reactor", withLimits(8192, 1000)))
+	te := wantCode(t, err, toolerr.InvalidToolDefinition)
+	if want := "limits.memMB 8192 is over the wasm32 maximum of 4096 MB: declare 4096 or less"; te.Message != want {
+		t.Errorf("message %q, want %q", te.Message, want)
+	}
+	if te.Details["max"] != 4096 {
+		t.Errorf("details %v", te.Details)
+	}
+}
