@@ -159,7 +159,7 @@ func parse(data []byte) (*Manifest, map[string]any, error) {
 	if issues := toolSchema().validate(d.v); len(issues) > 0 {
 		return nil, nil, (&toolerr.Error{
 			Code:    toolerr.InvalidToolDefinition,
-			Message: "invalid tool manifest: " + summarize("manifest", issues),
+			Message: "invalid tool manifest: " + joinFirst(explain("manifest", d.v, toolSchemaDoc(), issues)),
 			Issues:  issues,
 		}).WithTool(id)
 	}
@@ -261,13 +261,27 @@ func summarize(dataVar string, issues []toolerr.Issue) string {
 			fmt.Fprintf(&sb, " (%q)", p)
 		}
 	}
-	switch n := len(issues) - shown; {
-	case n == 1:
-		sb.WriteString(" (and 1 more problem)")
-	case n > 1:
-		fmt.Fprintf(&sb, " (and %d more problems)", n)
-	}
+	sb.WriteString(moreProblems(len(issues) - shown))
 	return sb.String()
+}
+
+// joinFirst joins the first three lines with "; ", counting the rest.
+func joinFirst(lines []string) string {
+	const shown = 3
+	if len(lines) == 0 {
+		return "manifest is invalid"
+	}
+	return strings.Join(lines[:min(shown, len(lines))], "; ") + moreProblems(len(lines)-shown)
+}
+
+func moreProblems(n int) string {
+	switch {
+	case n == 1:
+		return " (and 1 more problem)"
+	case n > 1:
+		return fmt.Sprintf(" (and %d more problems)", n)
+	}
+	return ""
 }
 
 func spanOf(raw []byte, d *decoded, ptr string) json.RawMessage {

@@ -152,7 +152,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			name:    "not an object",
 			doc:     `[]`,
-			message: "invalid-tool-definition: invalid tool manifest: manifest must be object",
+			message: "invalid-tool-definition: invalid tool manifest: manifest must be object (got an array)",
 			issues: []toolerr.Issue{
 				{InstancePath: "", SchemaPath: "#/type", Keyword: "type", Params: map[string]any{"type": "object"}, Message: "must be object"},
 			},
@@ -160,7 +160,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			name:    "missing required",
 			doc:     `{"id":"t","version":"1.0.0","input":{}}`,
-			message: "invalid-tool-definition: invalid tool manifest: manifest must have required property 'description'; manifest must have required property 'output'",
+			message: "invalid-tool-definition: invalid tool manifest: manifest is missing the required property \"description\"; manifest is missing the required property \"output\"",
 			issues: []toolerr.Issue{
 				{InstancePath: "", SchemaPath: "#/required", Keyword: "required", Params: map[string]any{"missingProperty": "description"}, Message: "must have required property 'description'"},
 				{InstancePath: "", SchemaPath: "#/required", Keyword: "required", Params: map[string]any{"missingProperty": "output"}, Message: "must have required property 'output'"},
@@ -169,7 +169,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			name:    "bad version and extra properties",
 			doc:     base(`"zeta":1,"alpha":2`),
-			message: `invalid-tool-definition: invalid tool manifest: manifest must NOT have additional properties ("alpha"); manifest must NOT have additional properties ("zeta")`,
+			message: `invalid-tool-definition: invalid tool manifest: manifest has an unknown property "alpha"; manifest has an unknown property "zeta"`,
 			issues: []toolerr.Issue{
 				{InstancePath: "", SchemaPath: "#/additionalProperties", Keyword: "additionalProperties", Params: map[string]any{"additionalProperty": "alpha"}, Message: "must NOT have additional properties"},
 				{InstancePath: "", SchemaPath: "#/additionalProperties", Keyword: "additionalProperties", Params: map[string]any{"additionalProperty": "zeta"}, Message: "must NOT have additional properties"},
@@ -178,7 +178,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			name:    "bad version",
 			doc:     `{"id":"t","description":"d","version":"v1","input":{},"output":{}}`,
-			message: `invalid-tool-definition: invalid tool manifest: manifest/version must match pattern "^\d+\.\d+\.\d+$"`,
+			message: `invalid-tool-definition: invalid tool manifest: manifest/version must look like 1.0.0 (got "v1")`,
 			issues: []toolerr.Issue{
 				{InstancePath: "/version", SchemaPath: "#/properties/version/pattern", Keyword: "pattern", Params: map[string]any{"pattern": `^\d+\.\d+\.\d+$`}, Message: `must match pattern "^\d+\.\d+\.\d+$"`},
 			},
@@ -186,7 +186,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			name:    "bad sandbox",
 			doc:     base(`"sandbox":"paranoid"`),
-			message: "invalid-tool-definition: invalid tool manifest: manifest/sandbox must be equal to one of the allowed values",
+			message: "invalid-tool-definition: invalid tool manifest: manifest/sandbox must be one of \"none\", \"context-isolated\", \"strict\" (got \"paranoid\")",
 			issues: []toolerr.Issue{
 				{InstancePath: "/sandbox", SchemaPath: "#/properties/sandbox/enum", Keyword: "enum", Params: map[string]any{"allowedValues": []any{"none", "context-isolated", "strict"}}, Message: "must be equal to one of the allowed values"},
 			},
@@ -194,7 +194,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			name:    "limits below minimum",
 			doc:     base(`"limits":{"memMB":0,"cpuMs":1.5}`),
-			message: "invalid-tool-definition: invalid tool manifest: manifest/limits/cpuMs must be integer; manifest/limits/memMB must be >= 1",
+			message: "invalid-tool-definition: invalid tool manifest: manifest/limits/cpuMs must be integer (got 1.5); manifest/limits/memMB must be >= 1",
 			issues: []toolerr.Issue{
 				{InstancePath: "/limits/cpuMs", SchemaPath: "#/properties/limits/properties/cpuMs/type", Keyword: "type", Params: map[string]any{"type": "integer"}, Message: "must be integer"},
 				{InstancePath: "/limits/memMB", SchemaPath: "#/properties/limits/properties/memMB/minimum", Keyword: "minimum", Params: map[string]any{"comparison": ">=", "limit": json.Number("1")}, Message: "must be >= 1"},
@@ -208,7 +208,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			name:    "network allowlist without hosts",
 			doc:     base(`"network":{"kind":"allowlist"}`),
-			message: "invalid-tool-definition: invalid tool manifest: manifest/network/kind must be equal to one of the allowed values; manifest/network must have required property 'hosts'; manifest/network must match exactly one schema in oneOf",
+			message: "invalid-tool-definition: invalid tool manifest: manifest/network is missing the required property \"hosts\"",
 			issues: []toolerr.Issue{
 				{InstancePath: "/network/kind", SchemaPath: "#/properties/network/oneOf/0/properties/kind/enum", Keyword: "enum", Params: map[string]any{"allowedValues": []any{"none", "unrestricted"}}, Message: "must be equal to one of the allowed values"},
 				{InstancePath: "/network", SchemaPath: "#/properties/network/oneOf/1/required", Keyword: "required", Params: map[string]any{"missingProperty": "hosts"}, Message: "must have required property 'hosts'"},
@@ -218,7 +218,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			name:    "artifact ref kind unknown",
 			doc:     base(`"codeArtifactRef":{"kind":"http","modulePath":"x"}`),
-			message: "invalid-tool-definition: invalid tool manifest: manifest/codeArtifactRef must have required property 'imageRef'; manifest/codeArtifactRef must have required property 'artifactVersion'; manifest/codeArtifactRef/kind must be equal to constant (and 2 more problems)",
+			message: "invalid-tool-definition: invalid tool manifest: manifest/codeArtifactRef/kind must be \"oci\" or \"filesystem\" (got \"http\")",
 			issues: []toolerr.Issue{
 				// Within a branch: the object's own keywords first, then its properties (Ajv's order).
 				{InstancePath: "/codeArtifactRef", SchemaPath: "#/properties/codeArtifactRef/oneOf/0/required", Keyword: "required", Params: map[string]any{"missingProperty": "imageRef"}, Message: "must have required property 'imageRef'"},
@@ -231,7 +231,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			name:    "spec through $ref",
 			doc:     base(`"spec":{"kind":"http","method":"GET","urlTemplate":"u","authorization":{"kind":"bearer","secretRef":{"envName":"E"}}}`),
-			message: "invalid-tool-definition: invalid tool manifest: manifest/spec/authorization/secretRef must have required property 'name'; manifest/spec/authorization must have required property 'headerName'; manifest/spec/authorization/kind must be equal to constant (and 3 more problems)",
+			message: "invalid-tool-definition: invalid tool manifest: manifest/spec/authorization/secretRef is missing the required property \"name\"",
 			issues: []toolerr.Issue{
 				{InstancePath: "/spec/authorization/secretRef", SchemaPath: "#/$defs/ToolSecretRef/required", Keyword: "required", Params: map[string]any{"missingProperty": "name"}, Message: "must have required property 'name'"},
 				{InstancePath: "/spec/authorization", SchemaPath: "#/$defs/HttpAuthSpec/oneOf/1/required", Keyword: "required", Params: map[string]any{"missingProperty": "headerName"}, Message: "must have required property 'headerName'"},
