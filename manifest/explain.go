@@ -352,13 +352,13 @@ func orList(q []string) string {
 // values as JSON, cut to 40 bytes.
 func short(v any) string {
 	var s string
-	switch v.(type) {
+	switch x := v.(type) {
 	case map[string]any:
 		return "an object"
 	case []any:
 		return "an array"
 	case string:
-		s = strconv.Quote(v.(string))
+		s = strconv.Quote(x)
 	default:
 		b, err := json.Marshal(v)
 		if err != nil {
