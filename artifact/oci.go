@@ -1160,6 +1160,7 @@ type callOptions struct {
 	progress    func(Progress)
 	created     time.Time
 	annotations map[string]string
+	tags        []string
 }
 
 // WithAnnotations adds annotations to the manifest a Push writes (beside
@@ -1172,6 +1173,14 @@ func WithAnnotations(a map[string]string) CallOption {
 // (DefaultCreated when not given).
 func WithCreated(t time.Time) CallOption {
 	return func(o *callOptions) { o.created = t }
+}
+
+// WithTags has a Push to a registry point these tags of the target's
+// repository at the pushed manifest too, after the target's own tag (as
+// oras push registry/repo:t1,t2 does). Every tag is checked before
+// anything is sent; a layout target refuses them.
+func WithTags(tags ...string) CallOption {
+	return func(o *callOptions) { o.tags = append(o.tags, tags...) }
 }
 
 // WithProgress has fn called as bytes move (from the calling goroutine).

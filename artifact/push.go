@@ -163,7 +163,9 @@ func buildManifest(version string, created time.Time, annotations map[string]str
 // pushes it to imageRef, a registry tag ("registry/repo:tag") or an OCI
 // layout ("oci-layout:dir[:tag]", created when absent). A registry push also
 // fills the local cache, so the pushing host resolves the artifact offline.
-// It returns the pushed artifact; its Ref is the digest-pinned reference.
+// WithTags names more tags of a registry target's repository for the
+// manifest. It returns the pushed artifact; its Ref is the digest-pinned
+// reference.
 func (o *OCI) Push(ctx context.Context, imageRef, version string, modules []PushModule, opts ...CallOption) (*Artifact, error) {
 	var co callOptions
 	for _, opt := range opts {
@@ -175,6 +177,14 @@ func (o *OCI) Push(ctx context.Context, imageRef, version string, modules []Push
 	}
 	if r.pinned() {
 		return nil, toolerr.New(toolerr.ArtifactRefused, "push to a tag, not a digest: %s", imageRef)
+	}
+	if len(co.tags) > 0 && r.layout != "" {
+		return nil, toolerr.New(toolerr.ArtifactRefused, "more tags work on registry references, not %s", imageRef)
+	}
+	for _, t := range co.tags {
+		if err := checkTag(r.repo, t); err != nil {
+			return nil, err
+		}
 	}
 	if err := o.checkPush(version, co.annotations, modules); err != nil {
 		return nil, err
@@ -293,7 +303,7 @@ func (o *OCI) stageModule(c *cache, m PushModule) (pushLayer, error) {
 // its manifest. The auth handshake runs while the modules are hashed;
 // each module's blob uploads as soon as it is hashed (at most
 // cfg.concurrency at once), the config as soon as every module is; the
-// manifest goes last. File modules are hashed into the cache and uploaded
+// manifest goes last, under r's tag and then co.tags. File modules are hashed into the cache and uploaded
 // from there; in-memory ones are copied into the cache while they upload.
 func (o *OCI) pushRegistry(ctx context.Context, r *imageRef, version string, created time.Time, modules []PushModule, co *callOptions) ([]byte, error) {
 	c, err := o.openCache()
@@ -426,8 +436,10 @@ func (o *OCI) pushRegistry(ctx context.Context, r *imageRef, version string, cre
 			return nil, registryError(ctx, err, "pushing to "+r.repo.Name(), ai, 0)
 		}
 	}
-	if err := up.manifest(ctx, r.tag, mediaTypeOCIManifest, manifest); err != nil {
-		return nil, err
+	for _, t := range append([]string{r.tag}, co.tags...) {
+		if err := up.manifest(ctx, t, mediaTypeOCIManifest, manifest); err != nil {
+			return nil, err
+		}
 	}
 	if c != nil {
 		_ = c.putBytes(Digest(config), config)

@@ -75,7 +75,8 @@ func (o *OCI) Export(ctx context.Context, imageRef, dir string) (*Artifact, []Ex
 }
 
 // Tag points more tags of imageRef's repository at the manifest imageRef
-// names (an index is tagged as it is) and returns its digest.
+// names (an index is tagged as it is) and returns the digest-pinned
+// reference ("registry/repo@sha256:…").
 func (o *OCI) Tag(ctx context.Context, imageRef string, tags ...string) (string, error) {
 	r, err := parseImageRef(imageRef, o.insecure)
 	if err != nil {
@@ -107,14 +108,23 @@ func (o *OCI) Tag(ctx context.Context, imageRef string, tags ...string) (string,
 		return "", err
 	}
 	for _, t := range tags {
-		if _, err := name.NewTag(r.repo.Name()+":"+t, name.WeakValidation); err != nil || strings.ContainsAny(t, "@:/") {
-			return "", toolerr.New(toolerr.ArtifactRefused, "invalid tag %q", t)
+		if err := checkTag(r.repo, t); err != nil {
+			return "", err
 		}
 		if err := up.manifest(ctx, t, doc.MediaType, raw); err != nil {
 			return "", err
 		}
 	}
-	return d, nil
+	return r.canonical(d), nil
+}
+
+// checkTag refuses t unless it is a tag of repo's ("repo:t" parses, and t
+// holds no '@', ':' or '/').
+func checkTag(repo name.Repository, t string) error {
+	if _, err := name.NewTag(repo.Name()+":"+t, name.WeakValidation); err != nil || strings.ContainsAny(t, "@:/") {
+		return toolerr.New(toolerr.ArtifactRefused, "invalid tag %q", t)
+	}
+	return nil
 }
 
 // Copy copies the image manifest src names (following an index to the

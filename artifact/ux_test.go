@@ -48,7 +48,7 @@ func TestExportTagCopy(t *testing.T) {
 		t.Fatal("a ../ title was written outside the directory")
 	}
 
-	if d, err := o.Tag(ctxT(t), host+"/ux/pack:1", "stable", "2026.12"); err != nil || d != a.Digest {
+	if d, err := o.Tag(ctxT(t), host+"/ux/pack:1", "stable", "2026.12"); err != nil || d != a.Ref {
 		t.Fatalf("tag: %s %v", d, err)
 	}
 	for _, tag := range []string{"stable", "2026.12"} {
@@ -106,4 +106,34 @@ func TestLoginLogout(t *testing.T) {
 	if te := wantCode(t, err, toolerr.ArtifactUnavailable); !strings.Contains(te.Message, "none were found") {
 		t.Fatalf("after logout: %q", te.Message)
 	}
+}
+
+// TestPushWithTags: WithTags points more tags at the pushed manifest
+// (read back with crane); a bad tag is refused before anything is sent,
+// and a layout target refuses more tags.
+func TestPushWithTags(t *testing.T) {
+	t.Parallel() // its own registry, caches and clients; no env
+	reg := registrytest.Start(t)
+	host := reg.Host
+	crane := newClient(t, "crane", t.TempDir(), "--insecure")
+	mod := artifact.PushModule{Title: "echo.wasm", Wasm: fixture(t, "echo_reactor.wasm")}
+	o := newOCI(t, host, nil)
+	a, err := o.Push(ctxT(t), host+"/ux/tags:1", "1", []artifact.PushModule{mod}, artifact.WithTags("2", "stable"))
+	if err != nil || a.Ref != host+"/ux/tags@"+a.Digest {
+		t.Fatalf("push: %+v %v", a, err)
+	}
+	for _, tag := range []string{"1", "2", "stable"} {
+		if got := strings.TrimSpace(crane.run("digest", host+"/ux/tags:"+tag)); got != a.Digest {
+			t.Fatalf("crane digest %s: %s, want %s", tag, got, a.Digest)
+		}
+	}
+	_, err = o.Push(ctxT(t), host+"/ux/bad:1", "1", []artifact.PushModule{mod}, artifact.WithTags("ok", "no/slash"))
+	if te := wantCode(t, err, toolerr.ArtifactRefused); !strings.Contains(te.Message, `invalid tag "no/slash"`) {
+		t.Fatalf("bad tag: %q", te.Message)
+	}
+	if out, err := crane.try("digest", host+"/ux/bad:1"); err == nil || !strings.Contains(out, "UNKNOWN") {
+		t.Fatalf("a push with a bad tag sent its manifest: %v %s", err, out)
+	}
+	_, err = o.Push(ctxT(t), artifact.LayoutPrefix+t.TempDir()+":1", "1", []artifact.PushModule{mod}, artifact.WithTags("2"))
+	wantCode(t, err, toolerr.ArtifactRefused)
 }

@@ -217,10 +217,9 @@ func cmdPush(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 		pushOpts = append(pushOpts, artifact.WithAnnotations(ann))
 	}
 	// registry/repo:t1,t2 pushes to t1 and tags t2 too (as oras push does).
-	var moreTags []string
-	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") && strings.Contains(ref[i:], ",") && !strings.HasPrefix(ref, artifact.LayoutPrefix) {
-		tags := strings.Split(ref[i+1:], ",")
-		ref, moreTags = ref[:i+1]+tags[0], tags[1:]
+	if head, more, ok := strings.Cut(ref, ","); ok && !strings.HasPrefix(ref, artifact.LayoutPrefix) {
+		ref = head
+		pushOpts = append(pushOpts, artifact.WithTags(strings.Split(more, ",")...))
 	}
 	if created, ok, err := sourceDateEpoch(); err != nil {
 		return c.usage("%v", err)
@@ -231,11 +230,6 @@ func cmdPush(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	prog.finish()
 	if err != nil {
 		return c.fail(err)
-	}
-	if len(moreTags) > 0 {
-		if _, err := oci.Tag(ctx, art.Ref, moreTags...); err != nil {
-			return c.fail(err)
-		}
 	}
 	if *asJSON {
 		b, _ := json.MarshalIndent(art, "", "  ")
@@ -313,18 +307,11 @@ func cmdTag(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.W
 		return c.usage("%v", err)
 	}
 	defer done()
-	d, err := oci.Tag(ctx, pos[0], pos[1:]...)
+	pinned, err := oci.Tag(ctx, pos[0], pos[1:]...)
 	if err != nil {
 		return c.fail(err)
 	}
-	repo := pos[0]
-	if i := strings.LastIndexAny(repo, "@"); i >= 0 {
-		repo = repo[:i]
-	}
-	if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
-		repo = repo[:i]
-	}
-	fmt.Fprintln(stdout, repo+"@"+d)
+	fmt.Fprintln(stdout, pinned)
 	return exitOK
 }
 
