@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"crypto"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -29,74 +27,6 @@ func init() {
 	commands["tags"] = command{"list the tags of a registry repository", cmdTags}
 	commands["cache"] = command{"list, size or prune the OCI artifact cache", cmdCache}
 	commands["logout"] = command{"remove a registry's credentials from the docker config", cmdLogout}
-}
-
-// ociFlags are the artifact-source flags shared by run, push, pull and inspect.
-type ociFlags struct {
-	insecure   stringList
-	caFiles    stringList
-	verifyKeys stringList
-	cacheDir   string
-	timeout    time.Duration
-	regTimeout time.Duration
-	parallel   int
-	fsync      bool
-	// log, when set, receives the resolver's artifact-* events (serve).
-	log *slog.Logger
-}
-
-func (f *ociFlags) register(fs *flag.FlagSet, withTimeout bool) {
-	fs.Var(&f.insecure, "insecure-registry", "host:port of a loopback registry to reach over plain HTTP (repeatable)")
-	fs.BoolVar(&f.fsync, "artifact-fsync", false, "fsync every blob written to the artifact cache (survives power loss; blobs are re-verified on read either way)")
-	fs.Var(&f.verifyKeys, "verify-key", "PEM public key (cosign.pub): OCI artifacts must carry a cosign key-based signature by it (or another --verify-key); unsigned ones are refused (repeatable)")
-	fs.Var(&f.caFiles, "registry-ca", "PEM file of a CA to trust for registry TLS, beside the system roots and /etc/docker/certs.d/<host:port>/*.crt (repeatable)")
-	fs.StringVar(&f.cacheDir, "artifact-cache-dir", "", "OCI artifact cache directory (default: sandboxd/oci under the user cache dir)")
-	fs.DurationVar(&f.regTimeout, "registry-timeout", artifact.DefaultRequestTimeout, "deadline of each registry request: its answer must start, and a download may pause, no longer than this")
-	f.parallel = artifact.DefaultConcurrency
-	if withTimeout { // push, pull, inspect
-		fs.IntVar(&f.parallel, "concurrency", artifact.DefaultConcurrency, "blobs a pull fetches at once")
-		fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "deadline for the whole operation")
-	}
-}
-
-// resolver builds the OCI resolver the flags describe.
-func (f *ociFlags) resolver() (*artifact.OCI, error) {
-	cfg := artifact.NewOCIConfig().WithInsecureRegistries(f.insecure...).WithRequestTimeout(f.regTimeout).WithLogger(f.log).WithRegistryCA(f.caFiles...).WithConcurrency(f.parallel).WithFsync(f.fsync)
-	if f.cacheDir != "" {
-		cfg = cfg.WithCacheDir(f.cacheDir)
-	}
-	if len(f.verifyKeys) > 0 {
-		var keys []crypto.PublicKey
-		for _, p := range f.verifyKeys {
-			k, err := artifact.LoadVerifyKey(p)
-			if err != nil {
-				return nil, err
-			}
-			keys = append(keys, k)
-		}
-		cfg = cfg.WithVerifyKeys(keys...)
-	}
-	return artifact.NewOCI(cfg)
-}
-
-// parseInterspersed parses flags that may appear before, between and after
-// positional arguments, and returns the positional ones.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		if args[0] == "--" {
-			return append(pos, args[1:]...), nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
-	}
 }
 
 // ociCommand is the shared frame of push, pull and inspect: flags, the
@@ -529,75 +459,6 @@ func baseName(p string) string {
 		return p[i+1:]
 	}
 	return p
-}
-
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
-
-// progress draws a one-line transfer meter on stderr when stderr is a
-// terminal (also when stdout is captured: REF=$(sandboxd pull …));
-// otherwise it stays silent (the command prints one line per artifact on
-// stdout).
-type progress struct {
-	w     io.Writer
-	on    bool
-	start time.Time
-	last  time.Time
-	done  map[string]int64
-	total map[string]int64
-	drawn bool
-}
-
-func newProgress(stdout, stderr io.Writer) *progress {
-	return &progress{w: stderr, on: isTerminal(stderr), start: time.Now(), done: map[string]int64{}, total: map[string]int64{}}
-}
-
-func (p *progress) update(u artifact.Progress) {
-	if !p.on {
-		return
-	}
-	p.done[u.Digest], p.total[u.Digest] = u.Done, u.Total
-	if now := time.Now(); now.Sub(p.last) >= 100*time.Millisecond || u.Done == u.Total {
-		p.last = now
-		p.draw()
-	}
-}
-
-func (p *progress) draw() {
-	var done, total int64
-	for d, n := range p.done {
-		done += n
-		total += p.total[d]
-	}
-	rate := float64(done) / max(time.Since(p.start).Seconds(), 1e-3)
-	fmt.Fprintf(p.w, "\r%d blobs  %s / %s  %s/s   ", len(p.done), humanBytes(done), humanBytes(total), humanBytes(int64(rate)))
-	p.drawn = true
-}
-
-func (p *progress) finish() {
-	if p.drawn {
-		p.draw()
-		fmt.Fprintln(p.w)
-	}
-}
-
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0 && isTTY(f.Fd())
 }
 
 func cmdCache(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
