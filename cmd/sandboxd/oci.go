@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,24 +18,14 @@ import (
 	"github.com/sandboxd/sandboxd/toolerr"
 )
 
-func init() {
-	commands["push"] = command{"push .wasm modules to a registry or oci-layout dir as a Wasm OCI artifact", cmdPush}
-	commands["pull"] = command{"pull an OCI artifact into the local cache and print its digest ref", cmdPull}
-	commands["inspect"] = command{"describe an OCI artifact: media types, modules, version, sizes", cmdInspect}
-	commands["tag"] = command{"point more tags at an OCI artifact's manifest", cmdTag}
-	commands["copy"] = command{"copy an OCI artifact to another registry repository", cmdCopy}
-	commands["login"] = command{"check registry credentials and store them in the docker config", cmdLogin}
-	commands["tags"] = command{"list the tags of a registry repository", cmdTags}
-	commands["cache"] = command{"list, size or prune the OCI artifact cache", cmdCache}
-	commands["logout"] = command{"remove a registry's credentials from the docker config", cmdLogout}
-}
-
 // ociCommand is the shared frame of push, pull and inspect: flags, the
 // resolver, the deadline and error reporting.
 type ociCommand struct {
 	name   string
 	fs     *flag.FlagSet
 	flags  ociFlags
+	stdin  io.Reader
+	stdout io.Writer
 	stderr io.Writer
 }
 
@@ -86,299 +77,407 @@ func (c *ociCommand) fail(err error) int {
 	return exitError
 }
 
-func cmdPush(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
-	c := newOCICommand("push", "Usage: sandboxd push FILE.wasm[=TITLE]... REF --artifact-version V [flags]\n\n"+
-		"Builds a CNCF Wasm OCI artifact (config "+artifact.MediaTypeWasmConfig+", one\n"+
-		artifact.MediaTypeWasmLayer+" layer per module, titled TITLE or the file's base name;\n"+
-		"codeArtifactRef.modulePath names a module by its title), pushes it to REF\n"+
-		"(registry/repo:tag, registry/repo:tag1,tag2 for several tags, or\n"+
-		"oci-layout:DIR[:tag] for an OCI image layout directory)\n"+
-		"and prints the digest-pinned reference.", stderr)
+// ociCmd is one registry subcommand. Its run does parse, arity, --json,
+// open, fail and print once for all of them. check runs before the
+// registry client opens, and an error from it is a usage error; call's
+// result is printed as JSON (--json) or by text (nil: fmt.Fprintln); a
+// usageError from call is a usage error too, any other error a failure.
+type ociCmd struct {
+	name, summary, usage string
+	args                 arity
+	json                 string // the --json flag's help; "" when the command has none
+	compact              bool   // --json prints one line, not indented
+	local                bool   // no registry client: call gets nil (logout, cache)
+	// bind, when set, registers the command's own flags on c.fs and sets
+	// the steps below (on run's copy of the command), which read them.
+	bind  func(c *ociCommand, d *ociCmd)
+	check func(pos []string) error
+	call  func(ctx context.Context, o *artifact.OCI, pos []string) (any, error)
+	text  func(w io.Writer, v any)
+}
+
+// arity is how many positional arguments a command takes, and what it
+// says otherwise.
+type arity struct {
+	min, max int // max < 0: no limit
+	want     string
+}
+
+func exactly(n int, want string) arity { return arity{n, n, want} }
+func atLeast(n int, want string) arity { return arity{n, -1, want} }
+
+// usageError is an error of the command line found by a call.
+type usageError string
+
+func (e usageError) Error() string { return string(e) }
+
+func usagef(format string, a ...any) error { return usageError(fmt.Sprintf(format, a...)) }
+
+func init() {
+	for _, d := range ociCmds {
+		commands[d.name] = command{d.summary, d.run}
+	}
+}
+
+func (d ociCmd) run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	c := newOCICommand(d.name, d.usage, stderr)
+	c.stdin, c.stdout = stdin, stdout
+	var asJSON *bool
+	if d.json != "" {
+		asJSON = c.fs.Bool("json", false, d.json)
+	}
+	if d.bind != nil {
+		d.bind(c, &d)
+	}
+	pos, code, ok := c.parse(args)
+	if !ok {
+		return code
+	}
+	if len(pos) < d.args.min || d.args.max >= 0 && len(pos) > d.args.max {
+		return c.usage("%s", d.args.want)
+	}
+	if d.check != nil {
+		if err := d.check(pos); err != nil {
+			return c.usage("%v", err)
+		}
+	}
+	var oci *artifact.OCI
+	if !d.local {
+		o, octx, done, err := c.open(ctx)
+		if err != nil {
+			return c.usage("%v", err)
+		}
+		defer done()
+		oci, ctx = o, octx
+	}
+	v, err := d.call(ctx, oci, pos)
+	var ue usageError
+	switch {
+	case errors.As(err, &ue):
+		return c.usage("%s", ue)
+	case err != nil:
+		return c.fail(err)
+	case asJSON != nil && *asJSON:
+		b, _ := json.MarshalIndent(v, "", "  ")
+		if d.compact {
+			b, _ = json.Marshal(v)
+		}
+		fmt.Fprintf(stdout, "%s\n", b)
+	case d.text != nil:
+		d.text(stdout, v)
+	default:
+		fmt.Fprintln(stdout, v)
+	}
+	return exitOK
+}
+
+// printRef prints the digest-pinned reference of a pushed or pulled artifact.
+func printRef(w io.Writer, v any) {
+	switch v := v.(type) {
+	case *artifact.Artifact:
+		fmt.Fprintln(w, v.Ref)
+	case pulled:
+		fmt.Fprintln(w, v.Ref)
+	}
+}
+
+// pulled is what pull --json prints: the artifact and the files -o wrote.
+type pulled struct {
+	*artifact.Artifact
+	Files []artifact.ExportedModule `json:"files,omitempty"`
+}
+
+var ociCmds = []ociCmd{{
+	name: "push", summary: "push .wasm modules to a registry or oci-layout dir as a Wasm OCI artifact",
+	usage: "Usage: sandboxd push FILE.wasm[=TITLE]... REF --artifact-version V [flags]\n\n" +
+		"Builds a CNCF Wasm OCI artifact (config " + artifact.MediaTypeWasmConfig + ", one\n" +
+		artifact.MediaTypeWasmLayer + " layer per module, titled TITLE or the file's base name;\n" +
+		"codeArtifactRef.modulePath names a module by its title), pushes it to REF\n" +
+		"(registry/repo:tag, registry/repo:tag1,tag2 for several tags, or\n" +
+		"oci-layout:DIR[:tag] for an OCI image layout directory)\n" +
+		"and prints the digest-pinned reference.",
+	args: atLeast(2, "want one or more .wasm files and a target reference (see sandboxd help push)"),
+	json: "print the pushed artifact's description as JSON instead of its reference",
+	bind: bindPush,
+}, {
+	name: "pull", summary: "pull an OCI artifact into the local cache and print its digest ref",
+	usage: "Usage: sandboxd pull REF [flags]\n\n" +
+		"Fetches the artifact's manifest, config and layers into the local cache,\n" +
+		"each verified against its digest, and prints the digest-pinned reference.\n" +
+		"A pulled digest-pinned reference then resolves with the registry down.\n" +
+		"With -o DIR the artifact's modules are also written to DIR under their titles.",
+	args: exactly(1, "want exactly one reference"),
+	json: "print the artifact's description (and the files -o wrote) as JSON instead of its reference",
+	bind: bindPull,
+}, {
+	name: "inspect", summary: "describe an OCI artifact: media types, modules, version, sizes",
+	usage: "Usage: sandboxd inspect REF [--json] [flags]\n\n" +
+		"Fetches the artifact's manifest (not its layers) and prints its media types,\n" +
+		"version, modules and sizes.",
+	args: exactly(1, "want exactly one reference"),
+	json: "print the description as JSON",
+	call: func(ctx context.Context, o *artifact.OCI, pos []string) (any, error) {
+		return o.Inspect(ctx, pos[0])
+	}, text: inspectText,
+}, {
+	name: "tag", summary: "point more tags at an OCI artifact's manifest",
+	usage: "Usage: sandboxd tag REF TAG... [flags]\n\n" +
+		"Points each TAG of REF's repository at the manifest REF names and prints\n" +
+		"the digest-pinned reference.",
+	args: atLeast(2, "want a reference and one or more tags"),
+	call: func(ctx context.Context, o *artifact.OCI, pos []string) (any, error) {
+		return o.Tag(ctx, pos[0], pos[1:]...)
+	},
+}, {
+	name: "copy", summary: "copy an OCI artifact to another registry repository",
+	usage: "Usage: sandboxd copy SRC DST [flags]\n\n" +
+		"Copies the artifact SRC names (its manifest, config and layers, each\n" +
+		"verified) to the registry tag DST and prints DST's digest-pinned reference.",
+	args: exactly(2, "want a source and a destination reference"),
+	call: func(ctx context.Context, o *artifact.OCI, pos []string) (any, error) {
+		return o.Copy(ctx, pos[0], pos[1])
+	}, text: printRef,
+}, {
+	name: "login", summary: "check registry credentials and store them in the docker config",
+	usage: "Usage: sandboxd login REGISTRY -u USER --password-stdin [flags]\n\n" +
+		"Checks the credentials against REGISTRY and stores them in the docker config\n" +
+		"($DOCKER_CONFIG/config.json or ~/.docker/config.json, mode 0600), where\n" +
+		"sandboxd, docker, crane and oras read them. The password is read from stdin.",
+	args: exactly(1, "want REGISTRY -u USER --password-stdin"),
+	bind: bindLogin,
+}, {
+	name: "tags", summary: "list the tags of a registry repository",
+	usage: "Usage: sandboxd tags REGISTRY/REPO [--json] [flags]\n\n" +
+		"Lists the repository's tags, one a line.",
+	args: exactly(1, "want one repository"),
+	json: "print a JSON array", compact: true,
+	call: func(ctx context.Context, o *artifact.OCI, pos []string) (any, error) {
+		tags, err := o.Tags(ctx, pos[0])
+		if tags == nil {
+			tags = []string{}
+		}
+		return tags, err
+	}, text: func(w io.Writer, v any) {
+		for _, t := range v.([]string) {
+			fmt.Fprintln(w, t)
+		}
+	},
+}, {
+	name: "cache", summary: "list, size or prune the OCI artifact cache",
+	usage: "Usage: sandboxd cache list|size|prune [--older-than D] [--max-size-mb N] [--json] [flags]\n\n" +
+		"Works on the OCI artifact cache (--artifact-cache-dir). list prints its blobs,\n" +
+		"least recently used first; size their count and bytes; prune evicts the blobs\n" +
+		"unused for longer than --older-than, then the least recently used until the\n" +
+		"cache holds at most --max-size-mb. An evicted blob is fetched again when needed.",
+	args: exactly(1, "want list, size or prune"),
+	json: "print JSON", local: true,
+	bind: bindCache,
+}, {
+	name: "logout", summary: "remove a registry's credentials from the docker config",
+	usage: "Usage: sandboxd logout REGISTRY\n\n" +
+		"Removes REGISTRY's credentials from the docker config.",
+	args: exactly(1, "want one registry"), local: true,
+	call: func(_ context.Context, _ *artifact.OCI, pos []string) (any, error) {
+		p, had, err := artifact.Logout(pos[0])
+		if !had {
+			return fmt.Sprintf("%s had no credentials in %s", pos[0], p), err
+		}
+		return fmt.Sprintf("Removed the credentials for %s from %s", pos[0], p), err
+	},
+}}
+
+func bindPush(c *ociCommand, d *ociCmd) {
 	version := c.fs.String("artifact-version", "", "the artifact's version (org.opencontainers.image.version); required")
 	var annotations stringList
 	c.fs.Var(&annotations, "annotation", "KEY=VALUE manifest annotation (repeatable)")
-	asJSON := c.fs.Bool("json", false, "print the pushed artifact's description as JSON instead of its reference")
-	pos, code, ok := c.parse(args)
-	if !ok {
-		return code
-	}
-	if len(pos) < 2 {
-		return c.usage("want one or more .wasm files and a target reference (see sandboxd help push)")
-	}
-	if *version == "" {
-		return c.usage("--artifact-version is required")
-	}
-	ref := pos[len(pos)-1]
 	var mods []artifact.PushModule
-	for _, spec := range pos[:len(pos)-1] {
-		file, title, ok := strings.Cut(spec, "=")
-		if !ok {
-			title = baseName(file)
+	d.check = func(pos []string) error {
+		if *version == "" {
+			return errors.New("--artifact-version is required")
 		}
-		if err := artifact.CheckTitle(title); err != nil {
-			return c.usage("%s: %v", spec, toolerr.As(err).Message)
-		}
-		if err := checkModuleFile(file); err != nil {
-			return c.usage("%v", err)
-		}
-		// Streamed by Push (hashed into the cache, uploaded from there),
-		// not read into memory here.
-		mods = append(mods, artifact.PushModule{Title: title, File: file})
-	}
-	oci, ctx, done, err := c.open(ctx)
-	if err != nil {
-		return c.usage("%v", err)
-	}
-	defer done()
-	prog := newProgress(stdout, stderr)
-	var pushOpts []artifact.CallOption
-	if prog.on {
-		pushOpts = append(pushOpts, artifact.WithProgress(prog.update))
-	}
-	if len(annotations) > 0 {
-		ann := map[string]string{}
-		for _, a := range annotations {
-			k, v, ok := strings.Cut(a, "=")
-			if !ok || k == "" {
-				return c.usage("--annotation %q: want KEY=VALUE", a)
+		for _, spec := range pos[:len(pos)-1] {
+			file, title, ok := strings.Cut(spec, "=")
+			if !ok {
+				title = baseName(file)
 			}
-			ann[k] = v
+			if err := artifact.CheckTitle(title); err != nil {
+				return fmt.Errorf("%s: %v", spec, toolerr.As(err).Message)
+			}
+			if err := checkModuleFile(file); err != nil {
+				return err
+			}
+			// Streamed by Push (hashed into the cache, uploaded from there),
+			// not read into memory here.
+			mods = append(mods, artifact.PushModule{Title: title, File: file})
 		}
-		pushOpts = append(pushOpts, artifact.WithAnnotations(ann))
+		return nil
 	}
-	// registry/repo:t1,t2 pushes to t1 and tags t2 too (as oras push does).
-	if head, more, ok := strings.Cut(ref, ","); ok && !strings.HasPrefix(ref, artifact.LayoutPrefix) {
-		ref = head
-		pushOpts = append(pushOpts, artifact.WithTags(strings.Split(more, ",")...))
+	d.call = func(ctx context.Context, o *artifact.OCI, pos []string) (any, error) {
+		prog := newProgress(c.stdout, c.stderr)
+		var opts []artifact.CallOption
+		if prog.on {
+			opts = append(opts, artifact.WithProgress(prog.update))
+		}
+		if len(annotations) > 0 {
+			ann := map[string]string{}
+			for _, a := range annotations {
+				k, v, ok := strings.Cut(a, "=")
+				if !ok || k == "" {
+					return nil, usagef("--annotation %q: want KEY=VALUE", a)
+				}
+				ann[k] = v
+			}
+			opts = append(opts, artifact.WithAnnotations(ann))
+		}
+		// registry/repo:t1,t2 pushes to t1 and tags t2 too (as oras push does).
+		ref := pos[len(pos)-1]
+		if head, more, ok := strings.Cut(ref, ","); ok && !strings.HasPrefix(ref, artifact.LayoutPrefix) {
+			ref = head
+			opts = append(opts, artifact.WithTags(strings.Split(more, ",")...))
+		}
+		if created, ok, err := sourceDateEpoch(); err != nil {
+			return nil, usageError(err.Error())
+		} else if ok {
+			opts = append(opts, artifact.WithCreated(created))
+		}
+		art, err := o.Push(ctx, ref, *version, mods, opts...)
+		prog.finish()
+		return art, err
 	}
-	if created, ok, err := sourceDateEpoch(); err != nil {
-		return c.usage("%v", err)
-	} else if ok {
-		pushOpts = append(pushOpts, artifact.WithCreated(created))
-	}
-	art, err := oci.Push(ctx, ref, *version, mods, pushOpts...)
-	prog.finish()
-	if err != nil {
-		return c.fail(err)
-	}
-	if *asJSON {
-		b, _ := json.MarshalIndent(art, "", "  ")
-		fmt.Fprintf(stdout, "%s\n", b)
-		return exitOK
-	}
-	fmt.Fprintln(stdout, art.Ref)
-	return exitOK
+	d.text = printRef
 }
 
-func cmdPull(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
-	c := newOCICommand("pull", "Usage: sandboxd pull REF [flags]\n\n"+
-		"Fetches the artifact's manifest, config and layers into the local cache,\n"+
-		"each verified against its digest, and prints the digest-pinned reference.\n"+
-		"A pulled digest-pinned reference then resolves with the registry down.\n"+
-		"With -o DIR the artifact's modules are also written to DIR under their titles.", stderr)
+func bindPull(c *ociCommand, d *ociCmd) {
 	outDir := c.fs.String("o", "", "also write the modules to this directory, each under its title")
-	asJSON := c.fs.Bool("json", false, "print the artifact's description (and the files -o wrote) as JSON instead of its reference")
-	pos, code, ok := c.parse(args)
-	if !ok {
-		return code
-	}
-	if len(pos) != 1 {
-		return c.usage("want exactly one reference")
-	}
-	oci, ctx, done, err := c.open(ctx)
-	if err != nil {
-		return c.usage("%v", err)
-	}
-	defer done()
-	prog := newProgress(stdout, stderr)
-	var pullOpts []artifact.CallOption
-	if prog.on {
-		pullOpts = append(pullOpts, artifact.WithProgress(prog.update))
-	}
-	art, err := oci.Pull(ctx, pos[0], pullOpts...)
-	prog.finish()
-	if err != nil {
-		return c.fail(err)
-	}
-	var mods []artifact.ExportedModule
-	if *outDir != "" {
-		if _, mods, err = oci.Export(ctx, art.Ref, *outDir); err != nil {
-			return c.fail(err)
+	d.call = func(ctx context.Context, o *artifact.OCI, pos []string) (any, error) {
+		prog := newProgress(c.stdout, c.stderr)
+		var opts []artifact.CallOption
+		if prog.on {
+			opts = append(opts, artifact.WithProgress(prog.update))
 		}
+		art, err := o.Pull(ctx, pos[0], opts...)
+		prog.finish()
+		if err != nil || *outDir == "" {
+			return pulled{Artifact: art}, err
+		}
+		_, mods, err := o.Export(ctx, art.Ref, *outDir)
 		for _, m := range mods {
-			fmt.Fprintf(stderr, "wrote %s (%s)\n", m.Path, humanBytes(m.Size))
+			fmt.Fprintf(c.stderr, "wrote %s (%s)\n", m.Path, humanBytes(m.Size))
 		}
+		return pulled{art, mods}, err
 	}
-	if *asJSON {
-		b, _ := json.MarshalIndent(struct {
-			*artifact.Artifact
-			Files []artifact.ExportedModule `json:"files,omitempty"`
-		}{art, mods}, "", "  ")
-		fmt.Fprintf(stdout, "%s\n", b)
-		return exitOK
-	}
-	fmt.Fprintln(stdout, art.Ref)
-	return exitOK
+	d.text = printRef
 }
 
-func cmdTag(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
-	c := newOCICommand("tag", "Usage: sandboxd tag REF TAG... [flags]\n\n"+
-		"Points each TAG of REF's repository at the manifest REF names and prints\n"+
-		"the digest-pinned reference.", stderr)
-	pos, code, ok := c.parse(args)
-	if !ok {
-		return code
-	}
-	if len(pos) < 2 {
-		return c.usage("want a reference and one or more tags")
-	}
-	oci, ctx, done, err := c.open(ctx)
-	if err != nil {
-		return c.usage("%v", err)
-	}
-	defer done()
-	pinned, err := oci.Tag(ctx, pos[0], pos[1:]...)
-	if err != nil {
-		return c.fail(err)
-	}
-	fmt.Fprintln(stdout, pinned)
-	return exitOK
-}
-
-func cmdCopy(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
-	c := newOCICommand("copy", "Usage: sandboxd copy SRC DST [flags]\n\n"+
-		"Copies the artifact SRC names (its manifest, config and layers, each\n"+
-		"verified) to the registry tag DST and prints DST's digest-pinned reference.", stderr)
-	pos, code, ok := c.parse(args)
-	if !ok {
-		return code
-	}
-	if len(pos) != 2 {
-		return c.usage("want a source and a destination reference")
-	}
-	oci, ctx, done, err := c.open(ctx)
-	if err != nil {
-		return c.usage("%v", err)
-	}
-	defer done()
-	art, err := oci.Copy(ctx, pos[0], pos[1])
-	if err != nil {
-		return c.fail(err)
-	}
-	fmt.Fprintln(stdout, art.Ref)
-	return exitOK
-}
-
-func cmdLogin(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	c := newOCICommand("login", "Usage: sandboxd login REGISTRY -u USER --password-stdin [flags]\n\n"+
-		"Checks the credentials against REGISTRY and stores them in the docker config\n"+
-		"($DOCKER_CONFIG/config.json or ~/.docker/config.json, mode 0600), where\n"+
-		"sandboxd, docker, crane and oras read them. The password is read from stdin.", stderr)
+func bindLogin(c *ociCommand, d *ociCmd) {
 	user := c.fs.String("u", "", "user name")
 	fromStdin := c.fs.Bool("password-stdin", false, "read the password from stdin (required: never on the command line)")
-	pos, code, ok := c.parse(args)
-	if !ok {
-		return code
+	var password string
+	d.check = func([]string) error {
+		if *user == "" || !*fromStdin {
+			return errors.New("want REGISTRY -u USER --password-stdin")
+		}
+		b, err := io.ReadAll(io.LimitReader(c.stdin, 64<<10))
+		if err != nil {
+			return fmt.Errorf("reading the password: %v", err)
+		}
+		if password = strings.TrimRight(string(b), "\r\n"); password == "" {
+			return errors.New("an empty password on stdin")
+		}
+		return nil
 	}
-	if len(pos) != 1 || *user == "" || !*fromStdin {
-		return c.usage("want REGISTRY -u USER --password-stdin")
+	d.call = func(ctx context.Context, o *artifact.OCI, pos []string) (any, error) {
+		p, err := o.Login(ctx, pos[0], *user, password)
+		return fmt.Sprintf("Login succeeded: credentials for %s stored in %s", pos[0], p), err
 	}
-	b, err := io.ReadAll(io.LimitReader(stdin, 64<<10))
-	if err != nil {
-		return c.usage("reading the password: %v", err)
-	}
-	password := strings.TrimRight(string(b), "\r\n")
-	if password == "" {
-		return c.usage("an empty password on stdin")
-	}
-	oci, ctx, done, err := c.open(ctx)
-	if err != nil {
-		return c.usage("%v", err)
-	}
-	defer done()
-	p, err := oci.Login(ctx, pos[0], *user, password)
-	if err != nil {
-		return c.fail(err)
-	}
-	fmt.Fprintf(stdout, "Login succeeded: credentials for %s stored in %s\n", pos[0], p)
-	return exitOK
 }
 
-func cmdLogout(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
-	c := newOCICommand("logout", "Usage: sandboxd logout REGISTRY\n\n"+
-		"Removes REGISTRY's credentials from the docker config.", stderr)
-	pos, code, ok := c.parse(args)
-	if !ok {
-		return code
-	}
-	if len(pos) != 1 {
-		return c.usage("want one registry")
-	}
-	p, had, err := artifact.Logout(pos[0])
-	if err != nil {
-		return c.fail(err)
-	}
-	if !had {
-		fmt.Fprintf(stdout, "%s had no credentials in %s\n", pos[0], p)
-		return exitOK
-	}
-	fmt.Fprintf(stdout, "Removed the credentials for %s from %s\n", pos[0], p)
-	return exitOK
+// cacheSize is what cache size prints.
+type cacheSize struct {
+	Blobs int    `json:"blobs"`
+	Bytes int64  `json:"bytes"`
+	Dir   string `json:"dir"`
 }
 
-func cmdInspect(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
-	c := newOCICommand("inspect", "Usage: sandboxd inspect REF [--json] [flags]\n\n"+
-		"Fetches the artifact's manifest (not its layers) and prints its media types,\n"+
-		"version, modules and sizes.", stderr)
-	asJSON := c.fs.Bool("json", false, "print the description as JSON")
-	pos, code, ok := c.parse(args)
-	if !ok {
-		return code
+// prunedBlobs are the blobs cache prune removed.
+type prunedBlobs []artifact.CachedBlob
+
+func bindCache(c *ociCommand, d *ociCmd) {
+	older := c.fs.Duration("older-than", 0, "prune: evict blobs unused for longer than this (0: no age limit)")
+	maxMB := c.fs.Int64("max-size-mb", -1, "prune: evict least recently used blobs until the cache holds at most this many MiB (-1: no limit)")
+	d.call = func(_ context.Context, _ *artifact.OCI, pos []string) (any, error) {
+		dir := c.flags.cacheDir
+		if dir == "" {
+			d, err := artifact.DefaultOCICacheDir()
+			if err != nil {
+				return nil, usagef("no cache directory: %v", err)
+			}
+			dir = d
+		}
+		switch pos[0] {
+		case "list", "size":
+			blobs, err := artifact.CacheList(dir)
+			if err != nil || pos[0] == "list" {
+				return blobs, err
+			}
+			s := cacheSize{Blobs: len(blobs), Dir: dir}
+			for _, b := range blobs {
+				s.Bytes += b.Size
+			}
+			return s, nil
+		case "prune":
+			if *older <= 0 && *maxMB < 0 {
+				return nil, usagef("prune needs --older-than or --max-size-mb")
+			}
+			limit := int64(-1)
+			if *maxMB >= 0 {
+				limit = *maxMB << 20
+			}
+			removed, err := artifact.CachePrune(dir, *older, limit)
+			return prunedBlobs(removed), err
+		}
+		return nil, usagef("unknown cache subcommand %q (want list, size or prune)", pos[0])
 	}
-	if len(pos) != 1 {
-		return c.usage("want exactly one reference")
+	d.text = func(w io.Writer, v any) {
+		switch v := v.(type) {
+		case cacheSize:
+			fmt.Fprintf(w, "%s: %d blobs, %s (%d bytes)\n", v.Dir, v.Blobs, humanBytes(v.Bytes), v.Bytes)
+		case []artifact.CachedBlob:
+			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			for _, b := range v {
+				fmt.Fprintf(tw, "%s\t%d\t%s\n", b.Digest, b.Size, b.Used.UTC().Format(time.RFC3339))
+			}
+			tw.Flush()
+		case prunedBlobs:
+			var freed int64
+			for _, b := range v {
+				freed += b.Size
+			}
+			fmt.Fprintf(w, "removed %d blobs, %s\n", len(v), humanBytes(freed))
+		}
 	}
-	oci, ctx, done, err := c.open(ctx)
-	if err != nil {
-		return c.usage("%v", err)
-	}
-	defer done()
-	art, err := oci.Inspect(ctx, pos[0])
-	if err != nil {
-		return c.fail(err)
-	}
-	if *asJSON {
-		b, _ := json.MarshalIndent(art, "", "  ")
-		fmt.Fprintf(stdout, "%s\n", b)
-		return exitOK
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "ref:\t%s\n", art.Ref)
-	fmt.Fprintf(tw, "manifest:\t%s\n", art.MediaType)
+}
+
+// inspectText is what inspect prints without --json.
+func inspectText(w io.Writer, v any) {
+	art := v.(*artifact.Artifact)
+	rows := []string{"ref:\t" + art.Ref, "manifest:\t" + art.MediaType}
 	if art.ArtifactType != "" {
-		fmt.Fprintf(tw, "artifactType:\t%s\n", art.ArtifactType)
+		rows = append(rows, "artifactType:\t"+art.ArtifactType)
 	}
-	fmt.Fprintf(tw, "config:\t%s\n", art.ConfigMediaType)
-	fmt.Fprintf(tw, "layout:\t%s\n", art.Layout)
+	rows = append(rows, "config:\t"+art.ConfigMediaType, "layout:\t"+art.Layout)
 	if art.Index != "" {
-		fmt.Fprintf(tw, "index:\t%s\n", art.Index)
+		rows = append(rows, "index:\t"+art.Index)
 	}
-	v := art.Version + " (" + art.VersionFrom + ")"
+	ver := art.Version + " (" + art.VersionFrom + ")"
 	if art.Version == "" {
-		v = "(none: no " + artifact.AnnotationVersion + " annotation or label)"
+		ver = "(none: no " + artifact.AnnotationVersion + " annotation or label)"
 	}
 	if art.Architecture != "" || art.OS != "" {
-		fmt.Fprintf(tw, "platform:\t%s/%s\n", art.Architecture, art.OS)
+		rows = append(rows, "platform:\t"+art.Architecture+"/"+art.OS)
 	}
-	fmt.Fprintf(tw, "version:\t%s\n", v)
-	fmt.Fprintf(tw, "size:\t%s (%d bytes)\n", humanBytes(art.Size), art.Size)
-	tw.Flush()
-	if art.Layout == artifact.LayoutWasm {
-		fmt.Fprintln(stdout, "modules:")
-	} else {
-		fmt.Fprintln(stdout, "layers:")
-	}
-	tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	tabulate(w, "", append(rows, "version:\t"+ver, fmt.Sprintf("size:\t%s (%d bytes)", humanBytes(art.Size), art.Size)))
+	rows = nil
 	for _, l := range art.Layers {
 		title := l.Title
 		switch {
@@ -387,37 +486,44 @@ func cmdInspect(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 		case title == "":
 			title = "-"
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d bytes\n", title, l.MediaType, l.Digest, l.Size)
+		rows = append(rows, fmt.Sprintf("  %s\t%s\t%s\t%d bytes", title, l.MediaType, l.Digest, l.Size))
+	}
+	if art.Layout == artifact.LayoutWasm {
+		fmt.Fprintln(w, "modules:")
+	} else {
+		fmt.Fprintln(w, "layers:")
+	}
+	tabulate(w, "", rows)
+	rows = nil
+	for _, e := range art.IndexManifests {
+		mark, plat := " ", cmp.Or(e.Platform, "(no platform)")
+		if e.Chosen {
+			mark = "*"
+		}
+		rows = append(rows, fmt.Sprintf("%s %s\t%s\t%s", mark, e.Digest, plat, e.ArtifactType))
+	}
+	tabulate(w, "index manifests:", rows)
+	rows = nil
+	for _, r := range art.Referrers {
+		rows = append(rows, fmt.Sprintf("  %s\t%s\t(%s)", r.Digest, cmp.Or(r.ArtifactType, r.MediaType), r.Via))
+	}
+	tabulate(w, "referrers:", rows)
+}
+
+// tabulate prints head (unless it is "") and rows in tab-aligned columns;
+// a section with a head and no rows prints nothing.
+func tabulate(w io.Writer, head string, rows []string) {
+	if head != "" {
+		if len(rows) == 0 {
+			return
+		}
+		fmt.Fprintln(w, head)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, r := range rows {
+		fmt.Fprintln(tw, r)
 	}
 	tw.Flush()
-	if len(art.IndexManifests) > 0 {
-		fmt.Fprintln(stdout, "index manifests:")
-		tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		for _, e := range art.IndexManifests {
-			mark, plat := " ", e.Platform
-			if e.Chosen {
-				mark = "*"
-			}
-			if plat == "" {
-				plat = "(no platform)"
-			}
-			fmt.Fprintf(tw, "%s %s\t%s\t%s\n", mark, e.Digest, plat, e.ArtifactType)
-		}
-		tw.Flush()
-	}
-	if len(art.Referrers) > 0 {
-		fmt.Fprintln(stdout, "referrers:")
-		tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		for _, r := range art.Referrers {
-			at := r.ArtifactType
-			if at == "" {
-				at = r.MediaType
-			}
-			fmt.Fprintf(tw, "  %s\t%s\t(%s)\n", r.Digest, at, r.Via)
-		}
-		tw.Flush()
-	}
-	return exitOK
 }
 
 // sourceDateEpoch reads SOURCE_DATE_EPOCH (reproducible-builds.org), the
@@ -459,116 +565,4 @@ func baseName(p string) string {
 		return p[i+1:]
 	}
 	return p
-}
-
-func cmdCache(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
-	c := newOCICommand("cache", "Usage: sandboxd cache list|size|prune [--older-than D] [--max-size-mb N] [--json] [flags]\n\n"+
-		"Works on the OCI artifact cache (--artifact-cache-dir). list prints its blobs,\n"+
-		"least recently used first; size their count and bytes; prune evicts the blobs\n"+
-		"unused for longer than --older-than, then the least recently used until the\n"+
-		"cache holds at most --max-size-mb. An evicted blob is fetched again when needed.", stderr)
-	older := c.fs.Duration("older-than", 0, "prune: evict blobs unused for longer than this (0: no age limit)")
-	maxMB := c.fs.Int64("max-size-mb", -1, "prune: evict least recently used blobs until the cache holds at most this many MiB (-1: no limit)")
-	asJSON := c.fs.Bool("json", false, "print JSON")
-	pos, code, ok := c.parse(args)
-	if !ok {
-		return code
-	}
-	if len(pos) != 1 {
-		return c.usage("want list, size or prune")
-	}
-	dir := c.flags.cacheDir
-	if dir == "" {
-		d, err := artifact.DefaultOCICacheDir()
-		if err != nil {
-			return c.usage("no cache directory: %v", err)
-		}
-		dir = d
-	}
-	print := func(v any, text func()) int {
-		if *asJSON {
-			b, _ := json.MarshalIndent(v, "", "  ")
-			fmt.Fprintf(stdout, "%s\n", b)
-		} else {
-			text()
-		}
-		return exitOK
-	}
-	switch pos[0] {
-	case "list", "size":
-		blobs, err := artifact.CacheList(dir)
-		if err != nil {
-			return c.fail(err)
-		}
-		var total int64
-		for _, b := range blobs {
-			total += b.Size
-		}
-		if pos[0] == "size" {
-			return print(map[string]any{"dir": dir, "blobs": len(blobs), "bytes": total}, func() {
-				fmt.Fprintf(stdout, "%s: %d blobs, %s (%d bytes)\n", dir, len(blobs), humanBytes(total), total)
-			})
-		}
-		return print(blobs, func() {
-			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-			for _, b := range blobs {
-				fmt.Fprintf(tw, "%s\t%d\t%s\n", b.Digest, b.Size, b.Used.UTC().Format(time.RFC3339))
-			}
-			tw.Flush()
-		})
-	case "prune":
-		if *older <= 0 && *maxMB < 0 {
-			return c.usage("prune needs --older-than or --max-size-mb")
-		}
-		limit := int64(-1)
-		if *maxMB >= 0 {
-			limit = *maxMB << 20
-		}
-		removed, err := artifact.CachePrune(dir, *older, limit)
-		if err != nil {
-			return c.fail(err)
-		}
-		var freed int64
-		for _, b := range removed {
-			freed += b.Size
-		}
-		return print(removed, func() {
-			fmt.Fprintf(stdout, "removed %d blobs, %s\n", len(removed), humanBytes(freed))
-		})
-	}
-	return c.usage("unknown cache subcommand %q (want list, size or prune)", pos[0])
-}
-
-func cmdTags(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
-	c := newOCICommand("tags", "Usage: sandboxd tags REGISTRY/REPO [--json] [flags]\n\n"+
-		"Lists the repository's tags, one a line.", stderr)
-	asJSON := c.fs.Bool("json", false, "print a JSON array")
-	pos, code, ok := c.parse(args)
-	if !ok {
-		return code
-	}
-	if len(pos) != 1 {
-		return c.usage("want one repository")
-	}
-	oci, ctx, done, err := c.open(ctx)
-	if err != nil {
-		return c.usage("%v", err)
-	}
-	defer done()
-	tags, err := oci.Tags(ctx, pos[0])
-	if err != nil {
-		return c.fail(err)
-	}
-	if *asJSON {
-		if tags == nil {
-			tags = []string{}
-		}
-		b, _ := json.Marshal(tags)
-		fmt.Fprintf(stdout, "%s\n", b)
-		return exitOK
-	}
-	for _, t := range tags {
-		fmt.Fprintln(stdout, t)
-	}
-	return exitOK
 }
