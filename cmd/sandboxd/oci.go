@@ -18,8 +18,9 @@ import (
 	"github.com/sandboxd/sandboxd/toolerr"
 )
 
-// ociCommand is the shared frame of push, pull and inspect: flags, the
-// resolver, the deadline and error reporting.
+// ociCommand is what the registry subcommands (ociCmd.run) and push-pack
+// share: the artifact-source flags, the resolver, the deadline and error
+// reporting.
 type ociCommand struct {
 	name   string
 	fs     *flag.FlagSet
@@ -64,6 +65,16 @@ func (c *ociCommand) open(ctx context.Context) (*artifact.OCI, context.Context, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.flags.timeout)
 	return oci, ctx, func() { cancel(); oci.Close() }, nil
+}
+
+// progress is the transfer meter of a push or pull and the call option
+// that feeds it (none when it is off).
+func (c *ociCommand) progress() (*progress, []artifact.CallOption) {
+	p := newProgress(c.stdout, c.stderr)
+	if !p.on {
+		return p, nil
+	}
+	return p, []artifact.CallOption{artifact.WithProgress(p.update)}
 }
 
 func (c *ociCommand) usage(format string, a ...any) int {
@@ -158,9 +169,11 @@ func (d ociCmd) run(ctx context.Context, args []string, stdin io.Reader, stdout,
 	case err != nil:
 		return c.fail(err)
 	case asJSON != nil && *asJSON:
-		b, _ := json.MarshalIndent(v, "", "  ")
+		var b []byte
 		if d.compact {
 			b, _ = json.Marshal(v)
+		} else {
+			b, _ = json.MarshalIndent(v, "", "  ")
 		}
 		fmt.Fprintf(stdout, "%s\n", b)
 	case d.text != nil:
@@ -313,11 +326,7 @@ func bindPush(c *ociCommand, d *ociCmd) {
 		return nil
 	}
 	d.call = func(ctx context.Context, o *artifact.OCI, pos []string) (any, error) {
-		prog := newProgress(c.stdout, c.stderr)
-		var opts []artifact.CallOption
-		if prog.on {
-			opts = append(opts, artifact.WithProgress(prog.update))
-		}
+		prog, opts := c.progress()
 		if len(annotations) > 0 {
 			ann := map[string]string{}
 			for _, a := range annotations {
@@ -350,11 +359,7 @@ func bindPush(c *ociCommand, d *ociCmd) {
 func bindPull(c *ociCommand, d *ociCmd) {
 	outDir := c.fs.String("o", "", "also write the modules to this directory, each under its title")
 	d.call = func(ctx context.Context, o *artifact.OCI, pos []string) (any, error) {
-		prog := newProgress(c.stdout, c.stderr)
-		var opts []artifact.CallOption
-		if prog.on {
-			opts = append(opts, artifact.WithProgress(prog.update))
-		}
+		prog, opts := c.progress()
 		art, err := o.Pull(ctx, pos[0], opts...)
 		prog.finish()
 		if err != nil || *outDir == "" {
@@ -408,11 +413,11 @@ func bindCache(c *ociCommand, d *ociCmd) {
 	d.call = func(_ context.Context, _ *artifact.OCI, pos []string) (any, error) {
 		dir := c.flags.cacheDir
 		if dir == "" {
-			d, err := artifact.DefaultOCICacheDir()
+			def, err := artifact.DefaultOCICacheDir()
 			if err != nil {
 				return nil, usagef("no cache directory: %v", err)
 			}
-			dir = d
+			dir = def
 		}
 		switch pos[0] {
 		case "list", "size":
