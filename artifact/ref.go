@@ -108,6 +108,15 @@ func parseLayoutRef(raw, rest string) (*imageRef, error) {
 	return r, nil
 }
 
+// checkTag refuses t unless it is a tag of repo's ("repo:t" parses, and t
+// holds no '@', ':' or '/').
+func checkTag(repo name.Repository, t string) error {
+	if _, err := name.NewTag(repo.Name()+":"+t, name.WeakValidation); err != nil || strings.ContainsAny(t, "@:/") {
+		return toolerr.New(toolerr.ArtifactRefused, "invalid tag %q", t)
+	}
+	return nil
+}
+
 // checkDigest accepts only "sha256:" followed by 64 lowercase hex digits,
 // or "sha512:" and 128. Digests name files in the cache and in layout
 // directories, so nothing else may pass.

@@ -118,15 +118,6 @@ func (o *OCI) Tag(ctx context.Context, imageRef string, tags ...string) (string,
 	return r.canonical(d), nil
 }
 
-// checkTag refuses t unless it is a tag of repo's ("repo:t" parses, and t
-// holds no '@', ':' or '/').
-func checkTag(repo name.Repository, t string) error {
-	if _, err := name.NewTag(repo.Name()+":"+t, name.WeakValidation); err != nil || strings.ContainsAny(t, "@:/") {
-		return toolerr.New(toolerr.ArtifactRefused, "invalid tag %q", t)
-	}
-	return nil
-}
-
 // Copy copies the image manifest src names (following an index to the
 // manifest it would run) with its config and layers to dst, a registry
 // tag, and returns the copy's digest-pinned reference. Blobs go through
