@@ -43,12 +43,9 @@ func newOCICommand(name, usage string, stderr io.Writer) *ociCommand {
 
 // parse returns the positional arguments, or an exit code when done.
 func (c *ociCommand) parse(args []string) ([]string, int, bool) {
-	pos, err := parseInterspersed(c.fs, args)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, exitOK, false
-		}
-		return nil, exitUsage, false
+	var pos []string
+	if code, done := parseFlags(c.fs, c.stderr, func() (err error) { pos, err = parseInterspersed(c.fs, args); return err }); done {
+		return nil, code, false
 	}
 	if c.flags.timeout <= 0 {
 		return nil, c.usage("--timeout must be positive"), false
