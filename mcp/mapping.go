@@ -35,9 +35,10 @@ const (
 
 // JSON-RPC error codes sandboxd answers besides the standard ones.
 const (
-	// CodeUnavailable: the call did not run (draining, not ready, over the
-	// global or the tool's concurrency cap); it may be retried. Its data
-	// is {"reason": refusal, "retryAfterMs": 1000}.
+	// CodeUnavailable: the call did not run (draining, not ready, the
+	// queue or the tenant's queue full, the tenant's CPU budget spent); it
+	// may be retried. Its data is {"reason": refusal, "retryAfterMs": N}
+	// (N the pack protocol's Retry-After in milliseconds).
 	CodeUnavailable = -32000
 )
 
@@ -123,7 +124,7 @@ func rootType(schema json.RawMessage) string {
 // projection when the input validated) and _meta[MetaCall].
 func resultFor(o *server.Outcome, tool string) (*sdk.CallToolResult, error) {
 	if o.Refused != "" {
-		data, _ := json.Marshal(map[string]any{"reason": o.Refused, "retryAfterMs": 1000})
+		data, _ := json.Marshal(map[string]any{"reason": o.Refused, "retryAfterMs": server.RetryAfterSeconds(o.RetryAfter) * 1000})
 		return nil, &jsonrpc.Error{Code: CodeUnavailable, Message: "sandboxd: " + o.Refused.Reason(tool), Data: data}
 	}
 	if o.Err != nil {

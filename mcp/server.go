@@ -27,10 +27,24 @@ type Options struct {
 	// Log receives process events (mcp-tools-refused, mcp-http-refused);
 	// nil discards them.
 	Log *slog.Logger
-	// TenantID is the call context's tenantId for MCP calls (default "mcp");
-	// MCP has no call context of its own.
+	// TenantID is the call context's tenantId for MCP calls that name no
+	// tenant (default "mcp"); MCP has no call context of its own.
 	TenantID string
+	// TenantHeader is the HTTP request header whose value is the call's
+	// tenantId over Streamable HTTP (default DefaultTenantHeader): the
+	// tenant admission queues and limits the call under. Every holder of
+	// the bearer token (the pack token) is equally trusted, so the tenant
+	// is declared by the caller, as ctx.tenantId is in the pack protocol;
+	// an authenticating proxy in front sets it. A value that is not
+	// 1-256 bytes of printable ASCII is refused (-32602).
+	TenantHeader string
 }
+
+// DefaultTenantHeader is the request header naming an MCP call's tenant.
+const DefaultTenantHeader = "Sandboxd-Tenant"
+
+// maxTenantBytes bounds a tenant id taken from a header.
+const maxTenantBytes = 256
 
 // Server is sandboxd's MCP server: it lists the core's catalog as MCP
 // tools and runs tools/call through the core (server.Server.Admit and
@@ -59,6 +73,9 @@ func New(core *server.Server, opts Options) (*Server, error) {
 	}
 	if opts.TenantID == "" {
 		opts.TenantID = "mcp"
+	}
+	if opts.TenantHeader == "" {
+		opts.TenantHeader = DefaultTenantHeader
 	}
 	lg := opts.Log
 	if lg == nil {
@@ -149,14 +166,23 @@ func (s *Server) callTool(ctx context.Context, req *sdk.CallToolRequest) (*sdk.C
 		}
 		timeout = min(time.Duration(ms)*time.Millisecond, server.MaxTimeout)
 	}
+	tenant := s.opts.TenantID
 	tp, _ := meta["traceparent"].(string)
-	if tp == "" && req.Extra != nil && req.Extra.Header != nil {
-		tp = req.Extra.Header.Get(server.HeaderTraceparent)
+	if req.Extra != nil && req.Extra.Header != nil {
+		if tp == "" {
+			tp = req.Extra.Header.Get(server.HeaderTraceparent)
+		}
+		if vals := req.Extra.Header.Values(s.opts.TenantHeader); len(vals) > 0 {
+			if len(vals) != 1 || len(vals[0]) > maxTenantBytes || !server.ValidToken(vals[0]) {
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "the " + s.opts.TenantHeader + " header must be one value of 1-256 printable ASCII characters"}
+			}
+			tenant = vals[0]
+		}
 	}
 	traceID, spanID := server.ParseTraceparent(tp)
 	c := server.Call{
 		Tool: p.Name, Input: args, Start: start, Deadline: start.Add(timeout),
-		Context: executor.CallContext{TenantID: s.opts.TenantID, RunID: s.runID},
+		Context: executor.CallContext{TenantID: tenant, RunID: s.runID},
 		TraceID: traceID, SpanID: spanID,
 	}
 	if sid := req.Session.ID(); sid != "" {

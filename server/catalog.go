@@ -184,10 +184,10 @@ const retiredBit = 1 << 62
 
 // entry is one loaded tool.
 type entry struct {
-	tool     *executor.Tool
-	version  string // pinned version callers compare against
-	inflight chan struct{}
-	check    *pack.Check // set for a guardrail check
+	tool    *executor.Tool
+	version string      // pinned version callers compare against
+	slots   toolSlots   // the per-tool cap (admission.go)
+	check   *pack.Check // set for a guardrail check
 
 	spec       []byte // the manifest it was loaded from
 	schemaOnce sync.Once
@@ -225,7 +225,7 @@ func loadCatalog(ctx context.Context, exec *executor.Executor, src Source, perTo
 			_ = t.Close(ctx)
 			continue
 		}
-		m[t.ID()] = &entry{tool: t, version: ts.version, inflight: make(chan struct{}, perTool), spec: ts.man, check: ts.check}
+		m[t.ID()] = &entry{tool: t, version: ts.version, slots: toolSlots{cap: perTool}, spec: ts.man, check: ts.check}
 		*order = append(*order, t.ID())
 		fmt.Fprintf(h, "%s %s %s\n", what, t.ID(), t.Digest())
 	}

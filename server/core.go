@@ -18,8 +18,8 @@ import (
 // This file is the transport-neutral service core: a transport adapter
 // (the pack protocol's HTTP routes, the MCP server of package mcp) turns
 // its request into a Call, and the core applies, once for every
-// transport, the catalog lookup, admission (the per-tool cap, the global
-// cap and its bounded queue), the drain accounting, the deadline (the
+// transport, the catalog lookup, admission (the global, per-tool and
+// per-tenant caps and the per-tenant fair queue, admission.go), the drain accounting, the deadline (the
 // outcome is returned at the deadline without waiting for the guest),
 // metrics and the call record. The adapter only renders the Outcome.
 //
@@ -33,10 +33,15 @@ import (
 // Retry-After; MCP answers a JSON-RPC error).
 type Refusal string
 
-// The refusals. Each is also the reason label of sandboxd_rejected_total.
+// The refusals. Each is also the reason label of sandboxd_rejected_total;
+// those of admission (over-capacity and the tenant refusals of
+// admission.go) also of sandboxd_admission_refused_total.
 const (
-	RefusedDraining     Refusal = "draining"
-	RefusedNotReady     Refusal = "not-ready"
+	RefusedDraining Refusal = "draining"
+	RefusedNotReady Refusal = "not-ready"
+	// RefusedToolBusy is no longer answered: a call whose tool is at its
+	// cap waits in its tenant's queue (admission.go). Kept for callers
+	// that name it.
 	RefusedToolBusy     Refusal = "tool-busy"
 	RefusedOverCapacity Refusal = "over-capacity"
 )
@@ -52,6 +57,10 @@ func (r Refusal) Reason(toolID string) string {
 		return "tool " + toolID + " is at its concurrency cap"
 	case RefusedOverCapacity:
 		return "over capacity"
+	case RefusedTenantQueue:
+		return "tenant-queue-full: the call's tenant has as many calls waiting as it may"
+	case RefusedTenantCPU:
+		return "tenant-cpu-budget: the call's tenant spent its CPU budget for this window"
 	}
 	return string(r)
 }
@@ -97,6 +106,9 @@ type Outcome struct {
 	// Refused is set when the call did not run (nothing was recorded but
 	// the refusal metric).
 	Refused Refusal
+	// RetryAfter, with Refused, is how long to wait before retrying
+	// (zero: the default, 1 s; see RetryAfterSeconds).
+	RetryAfter time.Duration
 	// Gone is set when the call's context ended while it waited for a
 	// slot: the caller went away and there is nobody to answer.
 	Gone bool
@@ -197,9 +209,10 @@ func (s *Server) Call(ctx context.Context, c Call) Outcome {
 	return t.Call(ctx, c)
 }
 
-// Call runs c on the serving catalog: catalog lookup, version pin, the
-// per-tool cap, a global slot (queueing while there is room), then the
-// guest on its own goroutine. It returns when the guest is done or at the
+// Call runs c on the serving catalog: catalog lookup, version pin,
+// admission (a global, a per-tool and a per-tenant slot, queueing fairly
+// across tenants while there is room), then the guest on its own
+// goroutine. It returns when the guest is done or at the
 // deadline, whichever is first (the guest's slots are released when it has
 // really stopped). The record and metrics are written before it returns.
 // Call it once per Ticket.
@@ -259,29 +272,22 @@ func (t *Ticket) Call(ctx context.Context, c Call) Outcome {
 		return fail(toolerr.New(toolerr.ToolVersionMismatch, "tool %s is version %q here, not %q", c.Tool, e.version, clip(c.Version)).WithTool(c.Tool), nil)
 	}
 
-	// Admission: the per-tool cap, then a global slot (queueing if there
-	// is room). A refusal means the call provably did not run.
-	select {
-	case e.inflight <- struct{}{}:
-	default:
-		s.metrics.reject(string(RefusedToolBusy))
-		return Outcome{Refused: RefusedToolBusy}
-	}
+	// Admission (admission.go): a global slot, one of the tool's and one
+	// of the tenant's, waiting in the tenant's queue if there is room. A
+	// refusal means the call provably did not run.
 	ctx, cancel := context.WithDeadline(ctx, c.Deadline)
 	defer cancel()
-	admitted, qerr := s.adm.enter(ctx)
-	if !admitted {
-		<-e.inflight
-		switch {
-		case qerr == nil:
-			s.metrics.reject(string(RefusedOverCapacity))
-			return Outcome{Refused: RefusedOverCapacity}
-		case errors.Is(qerr, context.DeadlineExceeded):
-			return fail(toolerr.New(toolerr.DeadlineExceeded, "the %d ms deadline passed while the call waited for a slot", timeout.Milliseconds()).WithTool(c.Tool), nil)
-		default:
-			out.Gone = true
-			return fail(toolerr.New(toolerr.Cancelled, "the caller went away while the call waited for a slot").WithTool(c.Tool), nil)
-		}
+	sl, refused, retry, qerr := s.adm.enter(ctx, c.Context.TenantID, &e.slots)
+	switch {
+	case refused != "":
+		s.metrics.refuseAdmission(string(refused))
+		return Outcome{Refused: refused, RetryAfter: retry}
+	case qerr == nil:
+	case errors.Is(qerr, context.DeadlineExceeded):
+		return fail(toolerr.New(toolerr.DeadlineExceeded, "the %d ms deadline passed while the call waited for a slot", timeout.Milliseconds()).WithTool(c.Tool), nil)
+	default:
+		out.Gone = true
+		return fail(toolerr.New(toolerr.Cancelled, "the caller went away while the call waited for a slot").WithTool(c.Tool), nil)
 	}
 
 	// The guest runs on its own goroutine so that the outcome can be
@@ -305,11 +311,20 @@ func (t *Ticket) Call(ctx context.Context, c Call) Outcome {
 		var r result
 		// The slots are released before the outcome is handed over, so a
 		// client that gets its answer and calls again at once never finds
-		// its own finished call still counted.
+		// its own finished call still counted; and only here, once Invoke
+		// has returned (the guest stopped and the host work after it, the
+		// output's validation, done), even when the call was answered at
+		// its deadline long before: a released slot means the work is over.
 		func() {
 			defer func() {
-				s.adm.leave()
-				<-e.inflight
+				cpu := 0.0
+				if r.res != nil {
+					cpu = r.res.Usage.CPUMs
+				}
+				if s.guestDoneHook != nil {
+					s.guestDoneHook()
+				}
+				s.adm.leave(sl, cpu)
 				release()
 				cat.release()
 				s.activeGuests.Add(-1)

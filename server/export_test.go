@@ -5,3 +5,11 @@ func ParseTraceparentForTest(h string) string {
 	id, _ := ParseTraceparent(h)
 	return id
 }
+
+// SetGuestDoneHook sets the hook run after each guest's Invoke, before its
+// slots are released (call it before serving).
+func SetGuestDoneHook(s *Server, f func()) { s.guestDoneHook = f }
+
+// AdmissionStats returns the calls running and waiting and the tenants
+// the admission state holds.
+func AdmissionStats(s *Server) (inflight, queued, tenants int) { return s.adm.stats() }

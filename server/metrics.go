@@ -25,6 +25,7 @@ type metrics struct {
 
 	mu       sync.Mutex
 	rejected map[string]float64    // reason
+	admRef   map[string]float64    // admission refusals, by reason
 	egress   map[[2]string]float64 // tool, decision
 }
 
@@ -81,8 +82,8 @@ func (h *histogram) observe(v float64) {
 
 func newMetrics() *metrics {
 	return &metrics{
-		rejected: map[string]float64{},
-		egress:   map[[2]string]float64{},
+		rejected: map[string]float64{}, admRef: map[string]float64{},
+		egress: map[[2]string]float64{},
 	}
 }
 
@@ -133,9 +134,19 @@ func (m *metrics) reject(reason string) {
 	m.mu.Unlock()
 }
 
+// refuseAdmission counts a refusal of admission (also a 503 before
+// running). The reason is a Refusal, never a caller's id.
+func (m *metrics) refuseAdmission(reason string) {
+	m.mu.Lock()
+	m.rejected[reason]++
+	m.admRef[reason]++
+	m.mu.Unlock()
+}
+
 // gauges are read at scrape time.
 type gauges struct {
 	inflight, queued, capacity, queueCap int
+	tenants, tenantCap, tenantQueueCap   int
 	ready, draining                      bool
 	tools                                int
 	toolInflight                         map[string]int
@@ -205,6 +216,10 @@ func (m *metrics) write(w io.Writer, g gauges) {
 	for _, r := range sortedKeys(m.rejected) {
 		fmt.Fprintf(&b, "sandboxd_rejected_total{reason=%s} %s\n", label(r), num(m.rejected[r]))
 	}
+	head("sandboxd_admission_refused_total", "counter", "Calls refused by admission, by reason: over-capacity (the queue is full), tenant-queue-full, tenant-cpu-budget.")
+	for _, r := range []string{string(RefusedOverCapacity), string(RefusedTenantQueue), string(RefusedTenantCPU)} {
+		fmt.Fprintf(&b, "sandboxd_admission_refused_total{reason=%s} %s\n", label(r), num(m.admRef[r]))
+	}
 	gauge := func(name, help string, v int) {
 		head(name, "gauge", help)
 		fmt.Fprintf(&b, "%s %d\n", name, v)
@@ -213,6 +228,9 @@ func (m *metrics) write(w io.Writer, g gauges) {
 	gauge("sandboxd_queue_depth", "Calls waiting for a concurrency slot.", g.queued)
 	gauge("sandboxd_concurrency_limit", "The global concurrency cap.", g.capacity)
 	gauge("sandboxd_queue_limit", "The bounded queue's capacity.", g.queueCap)
+	gauge("sandboxd_admission_tenants", "Tenants with calls running or waiting.", g.tenants)
+	gauge("sandboxd_tenant_concurrency_limit", "Calls one tenant may run at once.", g.tenantCap)
+	gauge("sandboxd_tenant_queue_limit", "Calls one tenant may have waiting.", g.tenantQueueCap)
 	gauge("sandboxd_tools_loaded", "Tools in the serving catalog.", g.tools)
 	gauge("sandboxd_ready", "1 when /readyz answers ready.", b2i(g.ready))
 	gauge("sandboxd_draining", "1 while draining after SIGTERM.", b2i(g.draining))

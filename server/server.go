@@ -33,6 +33,8 @@ const (
 	DefaultDrainTimeout = 8 * time.Second
 	// DefaultMaxConcurrency is the global concurrency cap when none is set.
 	DefaultMaxConcurrency = 16
+	// DefaultCPUWindow is the window of the per-tenant CPU budget.
+	DefaultCPUWindow = 10 * time.Second
 	// DefaultBodyBudget bounds the memory of request bodies being received
 	// and parsed at once, across all connections (see Options.BodyBudget).
 	DefaultBodyBudget = 128 << 20
@@ -77,6 +79,24 @@ type Options struct {
 	// or hostile tool cannot take every slot (default: 3/4 of
 	// MaxConcurrency, at least 1). Beyond it: 503 + Retry-After.
 	PerToolConcurrency int
+	// PerTenantConcurrency caps calls running at once per tenant (the call
+	// context's tenantId), so that one tenant cannot hold every slot
+	// (default: half of MaxConcurrency, at least 1). A call over it waits
+	// in its tenant's queue; slots are handed out round robin across the
+	// tenants with waiting calls (admission.go).
+	PerTenantConcurrency int
+	// PerTenantQueue bounds the calls one tenant may have waiting
+	// (default: a quarter of QueueSize, at least 1; negative: none).
+	// Beyond it: 503 + Retry-After, reason tenant-queue-full.
+	PerTenantQueue int
+	// PerTenantCPUBudget, when positive, is the guest CPU time (the
+	// calls' own usage.cpuMs) a tenant may spend per PerTenantCPUWindow;
+	// a tenant over it is refused (503, reason tenant-cpu-budget) with a
+	// Retry-After of the rest of the window. Zero: no budget.
+	PerTenantCPUBudget time.Duration
+	// PerTenantCPUWindow is the CPU budget's window (default
+	// DefaultCPUWindow); windows are aligned to multiples of it.
+	PerTenantCPUWindow time.Duration
 	// DrainTimeout bounds the wait for in-flight calls on drain (default 8 s).
 	DrainTimeout time.Duration
 	// BodyBudget bounds the bytes held for invoke bodies at once, across all
@@ -116,7 +136,7 @@ type Server struct {
 
 	reloadMu sync.Mutex
 
-	adm     admission
+	adm     *admission
 	bodies  byteBudget
 	metrics *metrics
 
@@ -133,6 +153,12 @@ type Server struct {
 	// waits for them too, so their lifecycle events are written before exit.
 	guests       sync.WaitGroup
 	activeGuests atomic.Int64
+
+	// guestDoneHook, when set (by tests, before serving), runs on the
+	// guest worker after the guest's Invoke returned and before its slots
+	// are released: it stands for host work that outlives a call's
+	// deadline.
+	guestDoneHook func()
 
 	// guestWork hands a guest run to an idle guest worker (goGuest).
 	guestWork chan func()
@@ -168,6 +194,18 @@ func New(ctx context.Context, exec *executor.Executor, src Source, opts Options)
 	if opts.PerToolConcurrency <= 0 {
 		opts.PerToolConcurrency = max(1, opts.MaxConcurrency*3/4)
 	}
+	if opts.PerTenantConcurrency <= 0 {
+		opts.PerTenantConcurrency = max(1, opts.MaxConcurrency/2)
+	}
+	switch {
+	case opts.PerTenantQueue == 0:
+		opts.PerTenantQueue = max(1, opts.QueueSize/4)
+	case opts.PerTenantQueue < 0:
+		opts.PerTenantQueue = 0
+	}
+	if opts.PerTenantCPUWindow <= 0 {
+		opts.PerTenantCPUWindow = DefaultCPUWindow
+	}
 	if opts.DrainTimeout <= 0 {
 		opts.DrainTimeout = DefaultDrainTimeout
 	}
@@ -185,7 +223,7 @@ func New(ctx context.Context, exec *executor.Executor, src Source, opts Options)
 	s := &Server{
 		exec: exec, src: src, opts: opts, log: lg,
 		tokenSum: sha256.Sum256([]byte(opts.Token)),
-		adm:      admission{slots: make(chan struct{}, opts.MaxConcurrency), queueCap: int64(opts.QueueSize)},
+		adm:      newAdmission(opts),
 		bodies:   byteBudget{limit: opts.BodyBudget},
 		metrics:  newMetrics(),
 
@@ -281,37 +319,6 @@ func (s *Server) Ready() bool {
 
 func (s *Server) isDraining() bool { return s.draining.Load() }
 
-// admission is the global concurrency cap with a bounded queue.
-type admission struct {
-	slots    chan struct{}
-	queued   atomic.Int64
-	queueCap int64
-}
-
-// enter takes a slot, waiting in the queue if there is room. It returns
-// false with a nil error when the queue is full, and ctx's error when ctx
-// ended while queued.
-func (a *admission) enter(ctx context.Context) (bool, error) {
-	select {
-	case a.slots <- struct{}{}:
-		return true, nil
-	default:
-	}
-	if a.queued.Add(1) > a.queueCap {
-		a.queued.Add(-1)
-		return false, nil
-	}
-	defer a.queued.Add(-1)
-	select {
-	case a.slots <- struct{}{}:
-		return true, nil
-	case <-ctx.Done():
-		return false, ctx.Err()
-	}
-}
-
-func (a *admission) leave() { <-a.slots }
-
 // routes builds the pack protocol's routes on an http.ServeMux with
 // method patterns. Each path also has a method-less pattern that answers
 // 405 with Allow (before the token is looked at), and "/" answers 404.
@@ -395,13 +402,31 @@ func (s *Server) authorized(r *http.Request) bool {
 // transportError answers a non-2xx transport status. Its body is a short
 // text reason, never a pack-protocol message (those are 200 only).
 func transportError(w http.ResponseWriter, status int, reason string) {
-	if status == http.StatusServiceUnavailable {
+	if status == http.StatusServiceUnavailable && w.Header().Get("Retry-After") == "" {
 		w.Header().Set("Retry-After", "1")
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	_, _ = io.WriteString(w, reason+"\n")
+}
+
+// HeaderRefusal names, on a 503 answered before a call ran, why it was
+// refused (a Refusal: over-capacity, tenant-queue-full, …).
+const HeaderRefusal = "sandboxd-refusal"
+
+// refuse answers the 503 of a refusal: Retry-After is retry rounded up to
+// whole seconds (at least 1), and sandboxd-refusal names the reason.
+func refuse(w http.ResponseWriter, r Refusal, toolID string, retry time.Duration) {
+	w.Header().Set("Retry-After", strconv.FormatInt(RetryAfterSeconds(retry), 10))
+	w.Header().Set(HeaderRefusal, string(r))
+	transportError(w, http.StatusServiceUnavailable, r.Reason(toolID))
+}
+
+// RetryAfterSeconds is a refusal's retry delay in whole seconds, rounded
+// up, at least 1 (a zero delay means the default, 1 s).
+func RetryAfterSeconds(retry time.Duration) int64 {
+	return max(1, int64((retry+time.Second-1)/time.Second))
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -516,13 +541,15 @@ func (s *Server) handleTools(w http.ResponseWriter, _ *http.Request) {
 
 func (s *Server) handleMetrics(w http.ResponseWriter, _ *http.Request) {
 	c := s.current()
+	inflight, queued, tenants := s.adm.stats()
 	g := gauges{
-		inflight: len(s.adm.slots), queued: int(s.adm.queued.Load()), capacity: cap(s.adm.slots),
-		queueCap: int(s.adm.queueCap), draining: s.isDraining(), tools: len(c.order), toolInflight: map[string]int{},
+		inflight: inflight, queued: queued, capacity: s.adm.capacity, queueCap: s.adm.queueCap,
+		tenants: tenants, tenantCap: s.adm.perTenant, tenantQueueCap: s.adm.tenantQueue,
+		draining: s.isDraining(), tools: len(c.order), toolInflight: map[string]int{},
 	}
 	g.poolReady, g.poolCap, g.poolRecycled, g.imageInstances = map[string]int{}, map[string]int{}, map[string]int64{}, map[string]int64{}
 	for id, e := range c.tools {
-		g.toolInflight[id] = len(e.inflight)
+		g.toolInflight[id] = s.adm.toolInflight(&e.slots)
 		if n := e.tool.ImageInstances(); n > 0 {
 			g.imageInstances[id] = n
 		}
@@ -676,7 +703,7 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 	// the answer too.
 	ticket, refused := s.Admit()
 	if refused != "" {
-		transportError(w, http.StatusServiceUnavailable, refused.Reason(""))
+		refuse(w, refused, "", 0)
 		return
 	}
 	// The answer is flushed before the ticket closes: once a drain has
@@ -761,7 +788,7 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 	})
 	switch {
 	case o.Refused != "":
-		transportError(w, http.StatusServiceUnavailable, o.Refused.Reason(inv.toolID))
+		refuse(w, o.Refused, inv.toolID, o.RetryAfter)
 	case o.Gone:
 		// The caller went away while queued: nobody to answer.
 	case o.Err == nil && inv.check:

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -356,12 +357,12 @@ func TestDisconnectCancels(t *testing.T) {
 
 // Saturation: beyond the cap and the queue, 503 + Retry-After at once; the
 // service recovers when the held calls end. The per-tool cap leaves room
-// for other tools.
+// for other tools; a call to a tool at its cap waits for the tool's slot.
 func TestSaturationAndRecovery(t *testing.T) {
 	// t.loop2 holds the second slot for its whole deadline (t.spin would
 	// give it back after 50 ms of CPU, sometimes before the burst arrives).
 	tools := append(standardTools(t), tool(t, "t.loop2", "loop", 16, 600_000, nil))
-	ts := start(t, server.StaticSource{Tools: tools}, server.Options{MaxConcurrency: 2, QueueSize: 1, PerToolConcurrency: 1})
+	ts := start(t, server.StaticSource{Tools: tools}, server.Options{MaxConcurrency: 2, QueueSize: 1, PerToolConcurrency: 1, PerTenantConcurrency: 2})
 	hold := func(ms int) chan *response {
 		ch := make(chan *response, 1)
 		go func() {
@@ -382,10 +383,11 @@ func TestSaturationAndRecovery(t *testing.T) {
 	}
 	held := hold(heldMs)
 	eventually(t, "the held call", func() bool { return ts.metric(t, "sandboxd_inflight_calls") == "1" })
-	// The per-tool cap (1) refuses a second loop call at once…
-	r := ts.invoke(t, invokeBody("t.loop", `{}`))
-	if r.status != 503 {
-		t.Fatalf("per-tool cap: %d %s", r.status, r.body)
+	// The per-tool cap (1) makes a second loop call wait for the tool's
+	// slot (here until its deadline)…
+	r := ts.invoke(t, invokeBody("t.loop", `{}`), "kindgi-timeout-ms", "300")
+	if m := wantError(t, r, "deadline-exceeded"); !strings.Contains(fmt.Sprint(m["message"]), "waited for a slot") {
+		t.Fatalf("per-tool cap: %s", r.body)
 	}
 	// …while another tool still runs.
 	wantResult(t, ts.invoke(t, invokeBody("t.counter", `{}`)), `{"count":1}`)
@@ -427,8 +429,10 @@ func TestSaturationAndRecovery(t *testing.T) {
 	}
 	// Recovery.
 	wantResult(t, ts.invoke(t, invokeBody("acme.echo", `{"message":"back"}`)), `{"echo":"back","length":4}`)
-	if v := ts.metric(t, `sandboxd_rejected_total{reason="tool-busy"}`); v == "" || v == "0" {
-		t.Errorf("tool-busy rejections not counted: %q", v)
+	full, _ := strconv.Atoi(ts.metric(t, `sandboxd_admission_refused_total{reason="over-capacity"}`))
+	tenantFull, _ := strconv.Atoi(ts.metric(t, `sandboxd_admission_refused_total{reason="tenant-queue-full"}`))
+	if full+tenantFull == 0 {
+		t.Errorf("queue-full refusals not counted")
 	}
 }
 

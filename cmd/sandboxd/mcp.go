@@ -62,7 +62,7 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return code
 	}
 	defer svc.close()
-	ms, ok := svc.mcp(plog)
+	ms, ok := svc.mcp(plog, "")
 	if !ok {
 		return exitError
 	}
@@ -82,9 +82,10 @@ func implVersion() string {
 }
 
 // mcp maps the service's tools to MCP (boot-failed on a tool MCP cannot
-// take).
-func (svc *service) mcp(plog *slog.Logger) (*mcp.Server, bool) {
-	ms, err := mcp.New(svc.srv, mcp.Options{Version: implVersion(), Log: plog})
+// take); tenantHeader names the HTTP header of a call's tenant ("" for the
+// default).
+func (svc *service) mcp(plog *slog.Logger, tenantHeader string) (*mcp.Server, bool) {
+	ms, err := mcp.New(svc.srv, mcp.Options{Version: implVersion(), Log: plog, TenantHeader: tenantHeader})
 	if err != nil {
 		var be *server.BootError
 		if errors.As(err, &be) {

@@ -41,7 +41,8 @@ type serviceFlags struct {
 	packID, packVersion, artifactVer                  *string
 	dev, recycle, images                              *bool
 	maxConc, queue, perTool, poolSize                 *int
-	drain, bodyTimeout                                *time.Duration
+	perTenant, tenantQueue                            *int
+	drain, bodyTimeout, tenantCPU, tenantWindow       *time.Duration
 	bodyMB                                            *int64
 	exec                                              execFlags
 	oci                                               ociFlags
@@ -60,6 +61,10 @@ func (f *serviceFlags) register(fs *flag.FlagSet) {
 	f.maxConc = fs.Int("max-concurrency", 0, "calls running at once (default $KINDGI_PACK_SERVICE_MAX_CONCURRENCY, else 16)")
 	f.queue = fs.Int("queue", 0, "calls waiting for a slot before 503 (default 4 × max-concurrency; -1: none)")
 	f.perTool = fs.Int("per-tool-concurrency", 0, "calls running at once per tool (default 3/4 of max-concurrency)")
+	f.perTenant = fs.Int("per-tenant-concurrency", 0, "calls running at once per tenant (ctx.tenantId; MCP: the Sandboxd-Tenant header); calls over it wait in their tenant's queue and free slots go round robin across tenants (default half of max-concurrency)")
+	f.tenantQueue = fs.Int("per-tenant-queue", 0, "calls one tenant may have waiting before 503 tenant-queue-full (default a quarter of --queue, at least 1; -1: none)")
+	f.tenantCPU = fs.Duration("per-tenant-cpu-budget", 0, "guest CPU time (the calls' usage.cpuMs) one tenant may use per --per-tenant-cpu-window; over it, 503 tenant-cpu-budget with Retry-After the rest of the window (0: no budget)")
+	f.tenantWindow = fs.Duration("per-tenant-cpu-window", server.DefaultCPUWindow, "the window of --per-tenant-cpu-budget")
 	f.drain = fs.Duration("drain-timeout", server.DefaultDrainTimeout, "how long SIGTERM waits for in-flight calls")
 	f.bodyMB = fs.Int64("body-budget-mb", server.DefaultBodyBudget>>20, "MiB held for invoke request bodies at once across all connections, charged before a body is read (a body that does not fit gets 503)")
 	f.bodyTimeout = fs.Duration("body-timeout", server.DefaultBodyTimeout, "how long an invoke request body may take to arrive, whatever kindgi-timeout-ms says")
@@ -111,6 +116,9 @@ func (f *serviceFlags) check(bad func(format string, a ...any)) int {
 	}
 	if mc < 0 || *f.perTool < 0 || *f.queue < -1 {
 		bad("--max-concurrency, --per-tool-concurrency must be positive and --queue ≥ -1")
+	}
+	if *f.perTenant < 0 || *f.tenantQueue < -1 || *f.tenantCPU < 0 || *f.tenantWindow <= 0 {
+		bad("--per-tenant-concurrency and --per-tenant-cpu-budget must not be negative, --per-tenant-queue ≥ -1 and --per-tenant-cpu-window positive")
 	}
 	if _, err := f.exec.apply(executor.NewConfig()); err != nil {
 		bad("%v", err)
@@ -220,6 +228,8 @@ func (f *serviceFlags) boot(ctx context.Context, plog *slog.Logger, token string
 	// ctx is done (the compile itself cannot be interrupted; F16).
 	srv, err := server.New(ctx, exec, src, server.Options{
 		Token: token, MaxConcurrency: mc, QueueSize: *f.queue, PerToolConcurrency: *f.perTool,
+		PerTenantConcurrency: *f.perTenant, PerTenantQueue: *f.tenantQueue,
+		PerTenantCPUBudget: *f.tenantCPU, PerTenantCPUWindow: *f.tenantWindow,
 		DrainTimeout: *f.drain, EnvCheckWarn: *f.envCheck == "warn", Log: plog,
 		BodyBudget: *f.bodyMB << 20, BodyTimeout: *f.bodyTimeout,
 	})
@@ -268,6 +278,7 @@ func cmdServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		addr       = fs.String("addr", "", "listen address HOST:PORT (default: --host and $PORT)")
 		host       = fs.String("host", "127.0.0.1", "listen host when --addr is not given")
 		withMCP    = fs.Bool("mcp", false, "also serve the tools over MCP (Streamable HTTP) at /mcp, with Authorization: Bearer $"+tokenEnv+" (see docs/mcp.md)")
+		mcpTenant  = fs.String("mcp-tenant-header", mcp.DefaultTenantHeader, "with --mcp: the request header whose value is an MCP call's tenant (for per-tenant admission; absent: tenant mcp)")
 		mcpOrigins stringList
 	)
 	fs.Var(&mcpOrigins, "mcp-allow-origin", "a browser Origin (scheme://host[:port]) admitted at /mcp besides loopback ones (repeatable)")
@@ -307,6 +318,12 @@ func cmdServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	if len(mcpOrigins) > 0 && !*withMCP {
 		bad("--mcp-allow-origin goes with --mcp")
 	}
+	if *mcpTenant != mcp.DefaultTenantHeader && !*withMCP {
+		bad("--mcp-tenant-header goes with --mcp")
+	}
+	if !httpToken(*mcpTenant) {
+		bad("--mcp-tenant-header must be an HTTP header name, not %q", *mcpTenant)
+	}
 	listen := *addr
 	if listen == "" {
 		port := os.Getenv("PORT")
@@ -329,7 +346,7 @@ func cmdServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	}
 	defer svc.close()
 	if *withMCP {
-		ms, ok := svc.mcp(plog)
+		ms, ok := svc.mcp(plog, *mcpTenant)
 		if !ok {
 			return exitError
 		}
@@ -411,4 +428,17 @@ func envelopeVerifier(ctx context.Context, envelopeFile, keysFile string, oci *a
 	return func(index []byte) error {
 		return deployenv.Verify(ctx, env, deployenv.Options{Trusted: keys, Index: index, ImageDigest: digest})
 	}, nil
+}
+
+// httpToken reports whether s is a header name (an RFC 9110 token).
+func httpToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if c <= ' ' || c >= 0x7f || strings.IndexByte("\"(),/:;<=>?@[\\]{}", c) >= 0 {
+			return false
+		}
+	}
+	return true
 }
