@@ -328,7 +328,7 @@ func (a *admission) chargeCPU(key uint64, ms float64) {
 }
 
 // cpuIndex is the tenant's cell in row r: independent bits of its hash.
-func cpuIndex(key uint64, r int) int { return int(key>>(r*32)) % cpuCols }
+func cpuIndex(key uint64, r int) int { return int((key >> (r * 32)) % cpuCols) }
 
 // stats returns the calls running and waiting, and the tenants that have
 // some.
