@@ -1,0 +1,162 @@
+package mcp_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/examples"
+	"github.com/sandboxd/sandboxd/mcp"
+	"github.com/sandboxd/sandboxd/server"
+)
+
+// sleepTool sleeps 50 ms per call (wall time, not CPU).
+func sleepTool(t testing.TB) server.StaticTool {
+	t.Helper()
+	wasm, err := os.ReadFile(filepath.Join("..", "testdata", "wasm", "sleep.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := manifestWith(t, examples.EchoManifest, map[string]any{
+		"id": "t.sleep", "input": map[string]any{"type": "object"}, "output": map[string]any{"type": "object"},
+		"limits": map[string]any{"memMB": 16, "cpuMs": 10000},
+	})
+	return server.StaticTool{Manifest: m, Module: wasm}
+}
+
+// Over Streamable HTTP an MCP call's tenant is its Sandboxd-Tenant header:
+// a tenant flooding a tool is refused (-32000, tenant-queue-full) while
+// another tenant calling the same tool is never refused and waits at most
+// about two of the flood's calls. A malformed header is refused; no header
+// is tenant mcp.
+func TestHTTPTenantFairness(t *testing.T) {
+	f := newFixture(t, []server.StaticTool{sleepTool(t)}, server.Options{MaxConcurrency: 4})
+	f.core.Handle("/mcp", f.mcp.Handler(mcp.HTTPOptions{}))
+	ts := httptest.NewServer(f.core)
+	defer ts.Close()
+	const call = `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t.sleep","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
+	post := func(tenant ...string) (string, error) {
+		req, _ := http.NewRequest("POST", ts.URL+"/mcp", strings.NewReader(call))
+		for k, v := range map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+			"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "t.sleep", "Authorization": "Bearer " + token} {
+			req.Header.Set(k, v)
+		}
+		for _, v := range tenant {
+			req.Header.Add(mcp.DefaultTenantHeader, v)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return "", err
+		}
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		return string(b), err
+	}
+	ok := func(body string) bool { return strings.Contains(body, `"structuredContent":{}`) }
+	paced := func(tenant string) (p99 time.Duration, failed int) {
+		var mu sync.Mutex
+		var lat []time.Duration
+		var wg sync.WaitGroup
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for i := range 40 {
+			if i > 0 {
+				<-tick.C
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				t0 := time.Now()
+				body, err := post(tenant)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil || !ok(body) {
+					failed++
+					t.Logf("%s: %v %.300s", tenant, err, body)
+					return
+				}
+				lat = append(lat, time.Since(t0))
+			}()
+		}
+		wg.Wait()
+		slices.Sort(lat)
+		if len(lat) > 0 {
+			p99 = lat[min(len(lat)-1, len(lat)*99/100)]
+		}
+		return p99, failed
+	}
+	alone, failed := paced("tenant-b")
+	if failed > 0 {
+		t.Fatalf("%d of B's calls failed alone", failed)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var aRefused, aRan atomic.Int64
+	for range 24 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				body, err := post("tenant-a")
+				switch {
+				case err != nil:
+					t.Error(err)
+					return
+				case ok(body):
+					aRan.Add(1)
+				case strings.Contains(body, `"code":-32000`) && strings.Contains(body, `"reason":"tenant-queue-full"`) && strings.Contains(body, `"retryAfterMs":1000`):
+					aRefused.Add(1)
+					time.Sleep(20 * time.Millisecond)
+				default:
+					t.Errorf("flood: %.300s", body)
+					return
+				}
+			}
+		}()
+	}
+	waitFor(t, "the flood to be refused", func() bool { return aRefused.Load() > 0 })
+	flooded, failed := paced("tenant-b")
+	close(stop)
+	wg.Wait()
+	t.Logf("MCP: B p99 alone %v, under A's flood %v; B failed %d; A ran %d, refused %d", alone, flooded, failed, aRan.Load(), aRefused.Load())
+	if failed > 0 {
+		t.Errorf("%d of B's calls failed under A's flood", failed)
+	}
+	if slack := 150 * time.Millisecond; flooded > alone+slack {
+		t.Errorf("B's p99 under A's flood is %v, over alone (%v) + %v", flooded, alone, slack)
+	}
+	tenants := map[any]int{}
+	for _, r := range f.logs.records("call") {
+		tenants[r["tenantId"]]++
+	}
+	if tenants["tenant-a"] == 0 || tenants["tenant-b"] != 80 {
+		t.Errorf("call records by tenant: %v", tenants)
+	}
+
+	if body, _ := post(strings.Repeat("x", 257)); !strings.Contains(body, `"code":-32602`) {
+		t.Errorf("a 257-byte tenant: %.300s", body)
+	}
+	if body, _ := post("a", "b"); !strings.Contains(body, `"code":-32602`) {
+		t.Errorf("two tenant headers: %.300s", body)
+	}
+	if body, _ := post(); !ok(body) {
+		t.Fatalf("no tenant header: %.300s", body)
+	}
+	rs := f.logs.records("call")
+	if last := rs[len(rs)-1]; last["tenantId"] != "mcp" {
+		t.Errorf("a call without the header is tenant %v, want mcp", last["tenantId"])
+	}
+}
