@@ -125,44 +125,62 @@ func (ts *testServer) post(body string) (*response, error) {
 
 // fairnessRun measures tenant B alone, then under tenant A's flood of the
 // same tool (24 clients), on one server: the shape of issue 25's
-// measurement (--max-concurrency 4; B calls every 50 ms).
-func fairnessRun(t *testing.T, post func(string) (*response, error), toolID string, waitFlood func() bool) (alone, flooded time.Duration, failed int, aRan, aRefused int64) {
+// measurement (--max-concurrency 4; B calls every 50 ms). It returns the
+// bounds missed: B refused or failed, A never refused, or B's p99 under
+// the flood over bound(alone).
+func fairnessRun(t *testing.T, ts *testServer, toolID string, bound func(alone time.Duration) time.Duration) (problems []string) {
 	const calls, every = 40, 50 * time.Millisecond
-	lat, fails := paced(t, post, calls, every, toolID, "tenant-b")
+	lat, fails := paced(t, ts.post, calls, every, toolID, "tenant-b")
 	if fails > 0 {
-		t.Fatalf("%d of B's calls failed with nobody else calling", fails)
+		return []string{fmt.Sprintf("%d of B's calls failed with nobody else calling", fails)}
 	}
-	alone = p99(lat)
+	alone := p99(lat)
 	stop := make(chan struct{})
-	wait := flood(t, post, 24, toolID, "tenant-a", stop)
+	wait := flood(t, ts.post, 24, toolID, "tenant-a", stop)
 	var once sync.Once
+	var aRan, aRefused int64
 	end := func() { once.Do(func() { close(stop); aRan, aRefused = wait() }) }
 	defer end() // also when the test fails below
-	eventually(t, "tenant A's flood to fill its share", waitFlood)
-	lat, failed = paced(t, post, calls, every, toolID, "tenant-b")
+	eventually(t, "tenant A's flood to be refused", func() bool {
+		return ts.metric(t, `sandboxd_admission_refused_total{reason="tenant-queue-full"}`) != "0"
+	})
+	lat, failed := paced(t, ts.post, calls, every, toolID, "tenant-b")
 	end()
-	return alone, p99(lat), failed, aRan, aRefused
+	flooded := p99(lat)
+	t.Logf("B p99 alone %v, under A's flood %v; B failed %d of %d; A ran %d, refused %d", alone, flooded, failed, calls, aRan, aRefused)
+	if failed > 0 {
+		problems = append(problems, fmt.Sprintf("%d of B's calls failed under A's flood", failed))
+	}
+	if aRefused == 0 {
+		problems = append(problems, "the flooding tenant was never refused")
+	}
+	if b := bound(alone); flooded > b {
+		problems = append(problems, fmt.Sprintf("B's p99 under A's flood is %v, over %v (alone %v)", flooded, b, alone))
+	}
+	return problems
+}
+
+// fairness runs fairnessRun up to three times: latencies depend on the
+// machine's load as well as on admission, so the bounds must hold once
+// (admission that lets A take the service fails every run: B is refused).
+func fairness(t *testing.T, ts *testServer, toolID string, bound func(alone time.Duration) time.Duration) {
+	var problems []string
+	for attempt := 1; attempt <= 3; attempt++ {
+		if problems = fairnessRun(t, ts, toolID, bound); len(problems) == 0 {
+			return
+		}
+		t.Logf("attempt %d: %s", attempt, strings.Join(problems, "; "))
+	}
+	t.Error(strings.Join(problems, "; "))
 }
 
 // With the default ceilings, a tenant flooding a tool does not take the
 // service from another tenant calling the same tool: none of B's calls is
-// refused and B's p99 grows by at most about two of A's calls, while A is
-// refused (503 + Retry-After, tenant-queue-full).
+// refused and B's p99 grows by at most about two of A's calls (150 ms),
+// while A is refused (503 + Retry-After, tenant-queue-full).
 func TestFairAdmissionDefaults(t *testing.T) {
 	ts := start(t, server.StaticSource{Tools: []server.StaticTool{sleepTool(t, "t.sleep")}}, server.Options{MaxConcurrency: 4})
-	alone, flooded, failed, aRan, aRefused := fairnessRun(t, ts.post, "t.sleep", func() bool {
-		return ts.metric(t, `sandboxd_admission_refused_total{reason="tenant-queue-full"}`) != "0"
-	})
-	t.Logf("B p99 alone %v, under A's flood %v; B failed %d; A ran %d, refused %d", alone, flooded, failed, aRan, aRefused)
-	if failed > 0 {
-		t.Errorf("%d of B's calls failed under A's flood", failed)
-	}
-	if aRefused == 0 {
-		t.Error("the flooding tenant was never refused")
-	}
-	if slack := 150 * time.Millisecond; flooded > alone+slack {
-		t.Errorf("B's p99 under A's flood is %v, over alone (%v) + %v", flooded, alone, slack)
-	}
+	fairness(t, ts, "t.sleep", func(alone time.Duration) time.Duration { return alone + 150*time.Millisecond })
 	if v := ts.metric(t, `sandboxd_rejected_total{reason="tenant-queue-full"}`); v == "" || v == "0" {
 		t.Errorf("tenant-queue-full not counted in sandboxd_rejected_total: %q", v)
 	}
@@ -178,19 +196,7 @@ func TestFairAdmissionTenantCeiling(t *testing.T) {
 	ts := start(t, server.StaticSource{Tools: []server.StaticTool{sleepTool(t, "t.sleep")}}, server.Options{
 		MaxConcurrency: 4, PerTenantConcurrency: 2, PerToolConcurrency: 4,
 	})
-	alone, flooded, failed, aRan, aRefused := fairnessRun(t, ts.post, "t.sleep", func() bool {
-		return ts.metric(t, `sandboxd_admission_refused_total{reason="tenant-queue-full"}`) != "0"
-	})
-	t.Logf("B p99 alone %v, under A's flood %v; B failed %d; A ran %d, refused %d", alone, flooded, failed, aRan, aRefused)
-	if failed > 0 {
-		t.Errorf("%d of B's calls failed under A's flood", failed)
-	}
-	if aRefused == 0 {
-		t.Error("the flooding tenant was never refused")
-	}
-	if flooded > 2*alone {
-		t.Errorf("B's p99 under A's flood is %v, over twice alone (%v)", flooded, alone)
-	}
+	fairness(t, ts, "t.sleep", func(alone time.Duration) time.Duration { return 2 * alone })
 }
 
 // A tenant over its CPU budget is refused with tenant-cpu-budget and a
