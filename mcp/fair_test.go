@@ -130,7 +130,7 @@ func TestHTTPTenantFairness(t *testing.T) {
 						aRan.Add(1)
 					case strings.Contains(body, `"code":-32000`) && strings.Contains(body, `"reason":"tenant-queue-full"`) && strings.Contains(body, `"retryAfterMs":1000`):
 						aRefused.Add(1)
-						time.Sleep(20 * time.Millisecond)
+						time.Sleep(50 * time.Millisecond) // back at once, not after Retry-After
 					default:
 						t.Errorf("flood: %.300s", body)
 						return
@@ -164,7 +164,7 @@ func TestHTTPTenantFairness(t *testing.T) {
 	for _, r := range f.logs.records("call") {
 		tenants[r["tenantId"]]++
 	}
-	if tenants["tenant-a"] == 0 || tenants["tenant-b"] != bCalls {
+	if tenants["tenant-a"] == 0 || tenants["tenant-b"] == 0 || tenants["tenant-b"] > bCalls {
 		t.Errorf("call records by tenant: %v", tenants)
 	}
 

@@ -320,7 +320,7 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 // A spinning tool beside echo over MCP: echo keeps answering; the spinning
 // calls are answered deadline-exceeded at their _meta timeout.
 func TestSpinBesideEcho(t *testing.T) {
-	f := newFixture(t, tools(t), server.Options{MaxConcurrency: 4, PerToolConcurrency: 2})
+	f := newFixture(t, tools(t), server.Options{MaxConcurrency: 4, PerToolConcurrency: 2, PerTenantConcurrency: 4}) // one tenant (stdio): the tool cap alone leaves echo room
 	cs := f.connect(t, "2026-07-28", nil)
 	ctx := context.Background()
 	stop := make(chan struct{})

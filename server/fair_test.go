@@ -28,7 +28,7 @@ func tenantBody(toolID, tenant string) string {
 }
 
 // flood runs n clients of tenant calling toolID back to back until stop
-// is closed (a refused client retries after 20 ms, not after Retry-After:
+// is closed (a refused client retries after 50 ms, not after Retry-After:
 // it floods). It returns a function that waits for them and reports how
 // many calls ran and how many were refused, checking every 503 carries
 // Retry-After and a tenant refusal reason.
@@ -61,7 +61,7 @@ func flood(t *testing.T, post func(body string) (*response, error), n int, toolI
 					if why := r.header.Get("sandboxd-refusal"); why != string(server.RefusedTenantQueue) && why != string(server.RefusedOverCapacity) {
 						t.Errorf("flooding tenant refused for %q: %s", why, r.body)
 					}
-					time.Sleep(20 * time.Millisecond)
+					time.Sleep(50 * time.Millisecond)
 				default:
 					t.Errorf("flood: %d %s", r.status, r.body)
 					return
