@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -295,5 +296,62 @@ func TestSlotHeldUntilWorkerStops(t *testing.T) {
 	})
 	if o := call("t.counter", "t1", 5000); o.Err != nil {
 		t.Errorf("after the worker stopped: %v", o.Err)
+	}
+}
+
+// 10,000 distinct tenant ids through the core (the per-tenant queues
+// used: 16 callers, 4 slots) leave no admission state behind and do not
+// grow the heap.
+func TestTenantIDsDoNotGrowHeap(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: 11,000 calls (TestAdmissionStateBounded covers the admission state alone)")
+	}
+	exec := newExecutor(t, executor.NewConfig())
+	srv, err := server.New(context.Background(), exec, server.StaticSource{Tools: standardTools(t)}, server.Options{
+		Token: token, MaxConcurrency: 4, PerTenantCPUBudget: time.Hour, // the CPU sketch in use too
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close(context.Background())
+	run := func(n, from int) {
+		var wg sync.WaitGroup
+		var next atomic.Int64
+		for range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					i := int(next.Add(1))
+					if i > n {
+						return
+					}
+					o := srv.Call(context.Background(), server.Call{Tool: "t.counter", Input: []byte(`{}`),
+						Context: executor.CallContext{TenantID: fmt.Sprintf("tenant-%09d", from+i), RunID: "r"}})
+					if o.Err != nil || (o.Refused != "" && o.Refused != server.RefusedOverCapacity) {
+						t.Errorf("call: %+v %v", o.Refused, o.Err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	run(1000, 0) // warm: pools, spare entries, map buckets
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	run(10_000, 1_000_000)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	in, q, tenants := server.AdmissionStats(srv)
+	growth := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("heap %d -> %d bytes after 10,000 tenant ids through the core (%+d); %d tenants left", before.HeapAlloc, after.HeapAlloc, growth, tenants)
+	if in != 0 || q != 0 || tenants != 0 {
+		t.Errorf("left over: %d running, %d queued, %d tenants", in, q, tenants)
+	}
+	// An entry and the id kept per tenant would be over 1 MiB.
+	if growth > 512<<10 {
+		t.Errorf("the heap grew by %d bytes over 10,000 tenant ids", growth)
 	}
 }
