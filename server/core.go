@@ -19,9 +19,9 @@ import (
 // (the pack protocol's HTTP routes, the MCP server of package mcp) turns
 // its request into a Call, and the core applies, once for every
 // transport, the catalog lookup, admission (the global, per-tool and
-// per-tenant caps and the per-tenant fair queue, admission.go), the drain accounting, the deadline (the
-// outcome is returned at the deadline without waiting for the guest),
-// metrics and the call record. The adapter only renders the Outcome.
+// per-tenant caps and the per-tenant fair queue, admission.go), the drain
+// accounting, the deadline (the outcome is returned at the deadline
+// without waiting for the guest), metrics and the call record. The adapter only renders the Outcome.
 //
 // A guardrail check (Call.Check) goes through the same path: it is a tool
 // of the catalog's check map whose input the core builds from the
@@ -212,9 +212,9 @@ func (s *Server) Call(ctx context.Context, c Call) Outcome {
 // Call runs c on the serving catalog: catalog lookup, version pin,
 // admission (a global, a per-tool and a per-tenant slot, queueing fairly
 // across tenants while there is room), then the guest on its own
-// goroutine. It returns when the guest is done or at the
-// deadline, whichever is first (the guest's slots are released when it has
-// really stopped). The record and metrics are written before it returns.
+// goroutine. It returns when the guest is done or at the deadline,
+// whichever is first (the guest's slots are released when it has really
+// stopped). The record and metrics are written before it returns.
 // Call it once per Ticket.
 func (t *Ticket) Call(ctx context.Context, c Call) Outcome {
 	s := t.s
