@@ -164,6 +164,7 @@ type Server struct {
 	guestWork chan func()
 
 	mux         *http.ServeMux
+	patterns    []string // what routes and Handle mounted, in order
 	hookMu      sync.Mutex
 	reloadHooks []func()
 }
@@ -343,6 +344,7 @@ func (s *Server) routes() *http.ServeMux {
 			h = s.requireToken(h)
 		}
 		mux.Handle(rt.method+" "+rt.path, h) // GET patterns match HEAD too
+		s.patterns = append(s.patterns, rt.method+" "+rt.path)
 		allow := rt.method
 		if allow == http.MethodGet {
 			allow = "GET, HEAD"
@@ -361,17 +363,31 @@ func (s *Server) routes() *http.ServeMux {
 // ServeHTTP routes a request. Method is checked first (405), then the token
 // (401) on /v1/*; /healthz, /readyz and /metrics need no token. Handlers
 // mounted with Handle are routed the same way.
+//
+// Every request body, on every route, is read through one meter installed
+// here, below the handlers (body.go requestBody): charged to the byte
+// budget before a byte of it is read, cut at MaxBodyBytes, and held to the
+// body deadline (BodyTimeout from now), so that a route mounted later
+// cannot forget any of them.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.isDraining() {
 		w.Header().Set("Connection", "close")
+	}
+	rb, r := s.meterBody(w, r, time.Now())
+	if rb != nil {
+		defer rb.handlerDone()
 	}
 	s.mux.ServeHTTP(w, r)
 }
 
 // Handle mounts h at pattern (http.ServeMux syntax) beside the pack
 // protocol's routes, e.g. the MCP endpoint. h does its own
-// authentication (see CheckToken). Call it before serving.
-func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+// authentication (see CheckToken); its request bodies are metered like
+// every route's (see ServeHTTP and ReadBody). Call it before serving.
+func (s *Server) Handle(pattern string, h http.Handler) {
+	s.patterns = append(s.patterns, pattern)
+	s.mux.Handle(pattern, h)
+}
 
 func (s *Server) requireToken(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -723,40 +739,37 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.ContentLength > MaxBodyBytes {
-		refuseTooLarge(w, r, nil)
+		refuseTooLarge(w, r)
 		return
 	}
-	// The body is charged to the byte budget before it is read, and the
-	// charge is held while the call lasts (the guest's run included, which
-	// may outlive this handler): memory for bodies in flight never passes
-	// the budget, however many connections send them.
-	br := &bodyReader{budget: &s.bodies}
-	releaseBody := br.releaseOnce // at most once however often it is called
-	coreOwnsBody := false
-	defer func() {
-		if !coreOwnsBody {
-			releaseBody()
-		}
-	}()
-	// The body must arrive by its own deadline (BodyTimeout), or the
-	// call's when that is earlier: a trickling client cannot hold an
-	// accepted call and its budget for long. It is lifted once the body is
-	// in, so that a disconnect can still be noticed.
-	bodyBy, byCall := s.bodyDeadline(start, deadline)
-	_ = rc.SetReadDeadline(bodyBy)
-	body, err := br.read(r)
-	_ = rc.SetReadDeadline(time.Time{})
+	// ServeHTTP metered the body (body.go): it is charged to the byte
+	// budget before it is read, and the charge is held while the call
+	// lasts (the guest's run included, which may outlive this handler):
+	// memory for bodies in flight never passes the budget, however many
+	// connections send them.
+	br := bodyOf(r) // nil only for a request without a body
+	// The body must arrive by its own deadline (BodyTimeout, set by
+	// ServeHTTP), or the call's when that is earlier: a trickling client
+	// cannot hold an accepted call and its budget for long. It is lifted
+	// once the body is in, so that a disconnect can still be noticed.
+	var body []byte
+	bodyBy, byCall := deadline, true
+	if br != nil {
+		br.until(deadline)
+		bodyBy, byCall = br.deadline, br.byCall
+		body, err = br.readAll(bodyCharge, MaxBodyBytes)
+		_ = rc.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		// The rest of the body will not be read: close the connection
 		// after the answer instead of waiting to drain it.
 		w.Header().Set("Connection", "close")
 		var mbe *http.MaxBytesError
 		switch {
-		case errors.Is(err, errOverBudget):
-			s.metrics.reject("body-budget")
+		case errors.Is(err, ErrBodyBudget):
 			transportError(w, http.StatusServiceUnavailable, "over capacity: request bodies in flight are at the byte budget")
 		case errors.Is(err, errTooLarge) || errors.As(err, &mbe):
-			refuseTooLarge(w, r, releaseBody)
+			refuseTooLarge(w, r)
 		case byCall && (errors.Is(err, os.ErrDeadlineExceeded) || !time.Now().Before(deadline)):
 			s.answer(w, s.artifactVersion(), start, protoErr(WireDeadlineExceeded, "the %d ms deadline passed while the request body was still arriving", timeout.Milliseconds()), nil, "")
 		case errors.Is(err, os.ErrDeadlineExceeded) || !time.Now().Before(bodyBy):
@@ -779,7 +792,10 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		inv.ctx.RequestID = r.Header.Get(HeaderRequestID)
 	}
 	body = nil // parsed: what the call needs lives in inv
-	coreOwnsBody = true
+	var releaseBody func()
+	if br != nil {
+		releaseBody = br.keep() // the core releases it when the call is over
+	}
 	o := ticket.Call(r.Context(), Call{
 		Tool: inv.toolID, Version: inv.toolVersion, HasVersion: inv.hasVersion,
 		Input: inv.input, Context: inv.ctx, Start: start, Deadline: deadline,
