@@ -13,3 +13,7 @@ func SetGuestDoneHook(s *Server, f func()) { s.guestDoneHook = f }
 // AdmissionStats returns the calls running and waiting and the tenants
 // the admission state holds.
 func AdmissionStats(s *Server) (inflight, queued, tenants int) { return s.adm.stats() }
+
+// Patterns lists the mux patterns the pack routes and Handle mounted, in
+// order (for tests that cover every route).
+func (s *Server) Patterns() []string { return append([]string(nil), s.patterns...) }

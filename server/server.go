@@ -758,7 +758,9 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		br.until(deadline)
 		bodyBy, byCall = br.deadline, br.byCall
 		body, err = br.readAll(bodyCharge, MaxBodyBytes)
-		_ = rc.SetReadDeadline(time.Time{})
+		// On success the deadline is lifted (once the body is in, see
+		// requestBody.Read); on failure it stays, so that net/http's
+		// discard of what is left cannot wait on the client.
 	}
 	if err != nil {
 		// The rest of the body will not be read: close the connection
