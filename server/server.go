@@ -99,17 +99,20 @@ type Options struct {
 	PerTenantCPUWindow time.Duration
 	// DrainTimeout bounds the wait for in-flight calls on drain (default 8 s).
 	DrainTimeout time.Duration
-	// BodyBudget bounds the bytes held for invoke bodies at once, across all
-	// connections (default DefaultBodyBudget). A body is charged twice its
-	// length (the body and the input copied out of it) BEFORE it is read,
-	// from its Content-Length, or chunk by chunk for a chunked body, and
-	// the charge is held until the call is over. A body that does not fit
-	// is refused with 503 + Retry-After without being read.
+	// BodyBudget bounds the bytes held for request bodies at once, across
+	// all connections and every route (default DefaultBodyBudget). A body
+	// is charged BEFORE it is read, from its Content-Length, or chunk by
+	// chunk for a chunked body: twice its length on /v1/invoke (the body
+	// and the input copied out of it), more where a route's reader copies
+	// more (ReadBody). The charge is held until the call is over (on other
+	// routes, until the handler returns). A body that does not fit is
+	// refused with 503 + Retry-After without being read.
 	BodyBudget int64
-	// BodyTimeout bounds the time a body may take to arrive, independently
-	// of kindgi-timeout-ms (default DefaultBodyTimeout); the call's own
-	// deadline applies too when it is earlier. Past it the call is answered
-	// deadline-exceeded and the connection closed.
+	// BodyTimeout bounds the time a body may take to arrive on every route,
+	// independently of kindgi-timeout-ms (default DefaultBodyTimeout); the
+	// call's own deadline applies too when it is earlier. Past it the read
+	// fails, /v1/invoke answers deadline-exceeded, and the connection is
+	// closed.
 	BodyTimeout time.Duration
 	// EnvCheckWarn keeps the service ready while required env names of the
 	// pack index are missing (they are still listed in /v1/info).
@@ -758,9 +761,12 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		br.until(deadline)
 		bodyBy, byCall = br.deadline, br.byCall
 		body, err = br.readAll(bodyCharge, MaxBodyBytes)
-		// On success the deadline is lifted (once the body is in, see
-		// requestBody.Read); on failure it stays, so that net/http's
-		// discard of what is left cannot wait on the client.
+		// Lifted once the body is in (requestBody.Read does at io.EOF);
+		// on failure it stays, so that net/http's discard of what is left
+		// cannot wait on the client.
+		if err == nil {
+			_ = rc.SetReadDeadline(time.Time{})
+		}
 	}
 	if err != nil {
 		// The rest of the body will not be read: close the connection
