@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/examples"
 	"github.com/sandboxd/sandboxd/mcp"
 	"github.com/sandboxd/sandboxd/server"
 )
@@ -33,6 +34,11 @@ func postMCP(url, body string) (status int, retryAfter bool, text string, err er
 	return res.StatusCode, res.Header.Get("Retry-After") != "", string(b), nil
 }
 
+// echoOnly is the smallest pack: the body tests need no guest of their own.
+func echoOnly() []server.StaticTool {
+	return []server.StaticTool{{Manifest: examples.EchoManifest, Module: examples.EchoWasm}}
+}
+
 func callBody(tool string, size int) string {
 	head := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"` + tool + `","arguments":{"message":"`
 	tail := `"}}}`
@@ -47,7 +53,7 @@ func callBody(tool string, size int) string {
 // bodies were not charged at all.
 func TestG02MCPBodiesShareTheBudget(t *testing.T) {
 	const budget, size, n = 26 << 20, 2 << 20, 12
-	f := newFixture(t, tools(t), server.Options{BodyBudget: budget})
+	f := newFixture(t, echoOnly(), server.Options{BodyBudget: budget})
 	f.core.Handle("/mcp", f.mcp.Handler(mcp.HTTPOptions{}))
 	ts := httptest.NewServer(f.core)
 	defer ts.Close()
@@ -111,7 +117,7 @@ func liveHeap() uint64 {
 // byte) and one body of slack. A newer SDK that copies bodies more fails
 // here: raise the charge.
 func TestG02MCPBodyCharge(t *testing.T) {
-	f := newFixture(t, tools(t), server.Options{BodyBudget: 1 << 30})
+	f := newFixture(t, echoOnly(), server.Options{BodyBudget: 1 << 30})
 	f.core.Handle("/mcp", f.mcp.Handler(mcp.HTTPOptions{}))
 	ts := httptest.NewServer(f.core)
 	defer ts.Close()

@@ -295,7 +295,7 @@ func TestG02BodiesOverBudgetOnEveryRoute(t *testing.T) {
 		budget      = 32 << 20
 		size        = 4 << 20
 		perRoute    = 6
-		bodyTimeout = 2 * time.Second
+		bodyTimeout = 4 * time.Second // long enough for every body to be sent (or refused) before the first is cut
 	)
 	ts := startG02(t, server.Options{BodyBudget: budget, BodyTimeout: bodyTimeout})
 	addr := strings.TrimPrefix(ts.url, "http://")
