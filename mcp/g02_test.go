@@ -156,3 +156,15 @@ func TestG02MCPBodyCharge(t *testing.T) {
 		t.Errorf("heap peak %.2f× the body > %v×: the charge undercounts", worst, limit)
 	}
 }
+
+// A Handler mounted anywhere but on the core has no body meter: it answers
+// 500 rather than read a body outside the budget and the deadline.
+func TestG02MCPHandlerOutsideTheCore(t *testing.T) {
+	f := newFixture(t, echoOnly(), server.Options{})
+	ts := httptest.NewServer(f.mcp.Handler(mcp.HTTPOptions{}))
+	defer ts.Close()
+	st, _, text, err := postMCP(ts.URL, callBody("acme.echo", 200))
+	if err != nil || st != http.StatusInternalServerError {
+		t.Fatalf("status %d %v: %s", st, err, text)
+	}
+}

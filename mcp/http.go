@@ -21,22 +21,28 @@ type HTTPOptions struct {
 	// admitted besides loopback ones (localhost, 127.0.0.0/8, ::1). A
 	// request without an Origin header (not from a browser) is admitted.
 	AllowedOrigins []string
-	// MaxBodyBytes caps a request body (default server.MaxBodyBytes, as
-	// the pack protocol's); a larger one is refused with 413 unread.
+	// MaxBodyBytes caps a request body (default, and at most,
+	// server.MaxBodyBytes, every route's cap); a larger one is refused with
+	// 413, unread when it says its length.
 	MaxBodyBytes int64
 }
 
 // Handler returns the Streamable HTTP endpoint (mount it at /mcp with
-// server.Server.Handle). Before the SDK sees a request it checks, in
-// order: the Origin (403 unless absent, loopback or allowed), the bearer
-// token (Authorization: Bearer <the pack token>, compared in constant
-// time; 401 with WWW-Authenticate), draining (503 with Retry-After) and
-// the body cap (413). The SDK handler is stateless (no Mcp-Session-Id; the
-// 2026-07-28 revision and the 2025-11-25 initialize handshake on the same
-// endpoint), answers POST only (GET and DELETE: 405), refuses a loopback
-// request whose Host is not a loopback name (403, DNS rebinding), enforces
-// the body cap while reading, and ties a 2026-07-28 call's context to its
-// HTTP request (a closed stream cancels the guest).
+// server.Server.Handle: its bodies are read through the core's body
+// meter, which only a request the core serves has). Before the SDK sees a
+// request it checks, in order: the Origin (403 unless absent, loopback or
+// allowed), the bearer token (Authorization: Bearer <the pack token>,
+// compared in constant time; 401 with WWW-Authenticate), draining (503
+// with Retry-After) and the body cap (413); then it reads the body with
+// server.Server.ReadBody: charged to the core's byte budget before a byte
+// is read (503 with Retry-After when it does not fit), cut at the cap
+// (413) and at the body deadline (408). The SDK handler reads the body
+// from memory; it is stateless (no Mcp-Session-Id; the 2026-07-28
+// revision and the 2025-11-25 initialize handshake on the same endpoint),
+// answers POST only (GET and DELETE: 405), refuses a loopback request
+// whose Host is not a loopback name (403, DNS rebinding), and ties a
+// 2026-07-28 call's context to its HTTP request (a closed stream cancels
+// the guest).
 func (s *Server) Handler(o HTTPOptions) http.Handler {
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = server.MaxBodyBytes
@@ -92,6 +98,10 @@ func (s *Server) Handler(o HTTPOptions) http.Handler {
 			s.refuse(w, r, http.StatusRequestTimeout, "body-deadline",
 				fmt.Sprintf("the request body did not arrive within %d ms (the body deadline)", s.core.BodyTimeout().Milliseconds()))
 			return
+		case errors.Is(err, server.ErrBodyNotMetered):
+			s.log.Error("internal-error", "error", err.Error())
+			s.refuse(w, r, http.StatusInternalServerError, "not-mounted", "internal error")
+			return
 		case err != nil:
 			return // the client went away mid-body: nobody to answer
 		}
@@ -105,7 +115,8 @@ func (s *Server) Handler(o HTTPOptions) http.Handler {
 // bodyCharge is what an MCP body costs the core's byte budget per byte:
 // the SDK copies a body it reads twice (io.ReadAll, whose buffer grows by
 // copying, once to peek at it and once to serve it) and decodes it, beside
-// the copy read here. Measured by TestG02MCPBodyCharge.
+// the copy read here: the request path's heap peaks at 4.8-5.0× an 8 MiB
+// body (TestG02MCPBodyCharge, which fails if a newer SDK holds more).
 const bodyCharge = 6
 
 func (s *Server) refuse(w http.ResponseWriter, r *http.Request, status int, why, reason string) {

@@ -68,6 +68,9 @@ var (
 	// *http.MaxBytesError, the error http.MaxBytesReader returns, so that
 	// any reader of a body (the MCP SDK's among them) knows it for a 413.
 	errTooLarge error = &http.MaxBytesError{Limit: MaxBodyBytes}
+	// ErrBodyNotMetered: ReadBody was given a request this Server's
+	// ServeHTTP did not receive (a handler mounted somewhere else).
+	ErrBodyNotMetered = errors.New("server: ReadBody on a request this Server is not serving (mount the handler with Handle)")
 	// errBodyReleased: the body was read after its charge was given back.
 	errBodyReleased = errors.New("request body read after its charge was released")
 )
@@ -324,7 +327,7 @@ func (b *requestBody) handlerDone() {
 // handler returns. Errors: ErrBodyBudget (answer 503 + Retry-After),
 // a *http.MaxBytesError (413), ErrBodyDeadline (the connection's read
 // deadline passed; close it), or the read error of a client that went
-// away. A request the Server is not serving is refused with an error.
+// away; ErrBodyNotMetered for a request this Server is not serving.
 //
 // A handler that reads r.Body itself gets the same limits; ReadBody
 // charges the whole body before its first read, so that a body that does
@@ -335,7 +338,7 @@ func (s *Server) ReadBody(r *http.Request, perByte, limit int64) ([]byte, error)
 		if r.Body == nil || r.Body == http.NoBody {
 			return nil, nil
 		}
-		return nil, errors.New("server: ReadBody on a request this Server is not serving")
+		return nil, ErrBodyNotMetered
 	}
 	buf, err := b.readAll(perByte, limit)
 	var mbe *http.MaxBytesError
