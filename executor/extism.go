@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/abi"
 	"github.com/sandboxd/sandboxd/egress"
+	"github.com/sandboxd/sandboxd/internal/extism"
 	"github.com/sandboxd/sandboxd/internal/fuel"
 	"github.com/sandboxd/sandboxd/internal/wasmbin"
 	"github.com/sandboxd/sandboxd/limits"
@@ -24,7 +25,7 @@ import (
 
 // abiExtism runs unmodified Extism plug-ins (docs/extism.md): a module that
 // imports from extism:host/env. Its kernel lives host-side
-// (extism_kernel.go); its host functions are Extism's config, vars, HTTP
+// (internal/extism); its host functions are Extism's config, vars, HTTP
 // (through the egress engine) and logs. The entry point is the export the
 // modulePath's #NAME suffix names, else handle, else the only exported
 // () -> i32 / () -> () function that is not a runtime helper.
@@ -171,8 +172,8 @@ func (abiExtism) begin(t *reactorHandler, in *instance, inv *invocation) error {
 			input = []byte(s)
 		}
 	}
-	k := newKernel(in.acct)
-	if !k.grow(kernelPage) || !k.setInput(input) {
+	k := extism.New(in.acct)
+	if !k.Grow(extism.Page) || !k.SetInput(input) {
 		return t.memExceeded(in.acct.Refused(), fmt.Sprintf("the Extism kernel memory for the input (%d bytes) does not fit in memMB %d", len(input), t.limits.memMB))
 	}
 	if in.vars == nil || t.posture != manifest.PostureNone {
@@ -190,8 +191,8 @@ func (abiExtism) begin(t *reactorHandler, in *instance, inv *invocation) error {
 func (abiExtism) result(t *reactorHandler, inv *invocation, acct *limits.Account, rc uint32) ([]byte, bool, error) {
 	k := inv.kernel
 	reusable := acct.Refused() == 0
-	if k.errorOff != 0 {
-		msg := sanitizeLine(k.blockBytes(k.errorOff, maxErrorBytes))
+	if k.ErrorOff != 0 {
+		msg := sanitizeLine(k.BlockBytes(k.ErrorOff, maxErrorBytes))
 		if msg == "" {
 			msg = fmt.Sprintf("handler returned %d", int32(rc))
 		}
@@ -204,19 +205,19 @@ func (abiExtism) result(t *reactorHandler, inv *invocation, acct *limits.Account
 		return nil, reusable, &toolerr.Error{Code: toolerr.HandlerError, Message: fmt.Sprintf("handler returned %d", int32(rc)), Details: map[string]any{"returned": int32(rc)}}
 	}
 	stringOut := t.shape.stringOutput
-	if k.outputLen == 0 {
+	if k.OutputLen == 0 {
 		if stringOut {
 			return []byte(`""`), reusable, nil
 		}
 		return []byte("null"), reusable, nil
 	}
-	if !k.inBounds(k.outputOff, k.outputLen) {
-		return nil, false, &toolerr.Error{Code: toolerr.HandlerTrap, Message: fmt.Sprintf("trap: the output [%d, %d) is outside kernel memory", k.outputOff, k.outputOff+k.outputLen)}
+	if !k.InBounds(k.OutputOff, k.OutputLen) {
+		return nil, false, &toolerr.Error{Code: toolerr.HandlerTrap, Message: fmt.Sprintf("trap: the output [%d, %d) is outside kernel memory", k.OutputOff, k.OutputOff+k.OutputLen)}
 	}
-	if !acct.Reserve(int64(k.outputLen)) {
-		return nil, false, t.memExceeded(acct.Refused(), fmt.Sprintf("the output (%d bytes) does not fit in memMB %d", k.outputLen, t.limits.memMB))
+	if !acct.Reserve(int64(k.OutputLen)) {
+		return nil, false, t.memExceeded(acct.Refused(), fmt.Sprintf("the output (%d bytes) does not fit in memMB %d", k.OutputLen, t.limits.memMB))
 	}
-	out := k.read(k.outputOff, k.outputLen)
+	out := k.Read(k.OutputOff, k.OutputLen)
 	if stringOut && !json.Valid(out) {
 		n := jsonStringLen(out)
 		if !acct.Reserve(int64(n)) {
@@ -286,7 +287,7 @@ func (e *hostFailure) Error() string { return e.msg }
 
 // extismCall returns the kernel of the call running on ctx; outside a call
 // (during initialisation) the plug-in traps.
-func extismCall(ctx context.Context, fn string) (*invocation, *kernel) {
+func extismCall(ctx context.Context, fn string) (*invocation, *extism.Kernel) {
 	inv := invocationFrom(ctx)
 	if inv == nil || inv.kernel == nil {
 		trapf("extism: %s called outside a call (during initialisation)", fn)
@@ -315,67 +316,73 @@ func (abiExtism) instantiateHost(ctx context.Context, r wazero.Runtime, t *Tool)
 	// kernel
 	def("alloc", func(ctx context.Context, s []uint64) {
 		_, k := extismCall(ctx, "alloc")
-		if s[0] = k.alloc(s[0]); s[0] != 0 {
-			chargeBytes(ctx, k.length(s[0])) // the host zeroed what it hands out
+		if s[0] = k.Alloc(s[0]); s[0] != 0 {
+			chargeBytes(ctx, k.Length(s[0])) // the host zeroed what it hands out
 		}
 	})
-	def("free", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "free"); k.free(s[0]) })
-	def("length", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "length"); s[0] = k.length(s[0]) })
-	def("length_unsafe", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "length_unsafe"); s[0] = k.length(s[0]) })
+	def("free", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "free"); k.Free(s[0]) })
+	def("length", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "length"); s[0] = k.Length(s[0]) })
+	def("length_unsafe", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "length_unsafe"); s[0] = k.Length(s[0]) })
 	def("load_u8", func(ctx context.Context, s []uint64) {
 		_, k := extismCall(ctx, "load_u8")
-		s[0] = uint64(k.loadU8(s[0]))
+		s[0] = uint64(kernelValue(k.LoadU8(s[0])))
 	})
-	def("load_u64", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "load_u64"); s[0] = k.loadU64(s[0]) })
+	def("load_u64", func(ctx context.Context, s []uint64) {
+		_, k := extismCall(ctx, "load_u64")
+		s[0] = kernelValue(k.LoadU64(s[0]))
+	})
 	def("store_u8", func(ctx context.Context, s []uint64) {
 		_, k := extismCall(ctx, "store_u8")
-		k.storeU8(s[0], uint8(s[1]))
+		kernelTrap(k.StoreU8(s[0], uint8(s[1])))
 	})
-	def("store_u64", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "store_u64"); k.storeU64(s[0], s[1]) })
-	def("input_offset", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "input_offset"); s[0] = k.inputOff })
-	def("input_length", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "input_length"); s[0] = k.inputLen })
+	def("store_u64", func(ctx context.Context, s []uint64) {
+		_, k := extismCall(ctx, "store_u64")
+		kernelTrap(k.StoreU64(s[0], s[1]))
+	})
+	def("input_offset", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "input_offset"); s[0] = k.InputOff })
+	def("input_length", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "input_length"); s[0] = k.InputLen })
 	def("input_load_u8", func(ctx context.Context, s []uint64) {
 		_, k := extismCall(ctx, "input_load_u8")
-		s[0] = uint64(k.inputByte(s[0]))
+		s[0] = uint64(kernelValue(k.InputU8(s[0])))
 	})
 	def("input_load_u64", func(ctx context.Context, s []uint64) {
 		_, k := extismCall(ctx, "input_load_u64")
-		s[0] = k.inputU64(s[0])
+		s[0] = kernelValue(k.InputU64(s[0]))
 	})
 	def("output_set", func(ctx context.Context, s []uint64) {
 		_, k := extismCall(ctx, "output_set")
-		if !k.inBounds(s[0], s[1]) {
-			trapf("extism: output_set [%d, %d) is outside kernel memory (%d bytes)", s[0], s[0]+s[1], k.size())
+		if !k.InBounds(s[0], s[1]) {
+			trapf("extism: output_set [%d, %d) is outside kernel memory (%d bytes)", s[0], s[0]+s[1], k.Size())
 		}
 		chargeBytes(ctx, s[1]) // the host copies it when the call returns
-		k.outputOff, k.outputLen = s[0], s[1]
+		k.OutputOff, k.OutputLen = s[0], s[1]
 	})
 	def("error_set", func(ctx context.Context, s []uint64) {
 		inv, k := extismCall(ctx, "error_set")
-		k.errorOff = s[0]
+		k.ErrorOff = s[0]
 		if s[0] != 0 { // a proc_exit after error_set reports the message too (classify)
-			msg := k.blockBytes(s[0], maxErrorBytes)
+			msg := k.BlockBytes(s[0], maxErrorBytes)
 			chargeBytes(ctx, uint64(len(msg)))
 			inv.mu.Lock()
 			inv.declared = &declaredError{Message: sanitizeLine(msg)}
 			inv.mu.Unlock()
 		}
 	})
-	def("error_get", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "error_get"); s[0] = k.errorOff })
-	def("output_offset", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "output_offset"); s[0] = k.outputOff })
-	def("output_length", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "output_length"); s[0] = k.outputLen })
+	def("error_get", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "error_get"); s[0] = k.ErrorOff })
+	def("output_offset", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "output_offset"); s[0] = k.OutputOff })
+	def("output_length", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "output_length"); s[0] = k.OutputLen })
 	def("input_set", func(ctx context.Context, s []uint64) {
 		_, k := extismCall(ctx, "input_set")
-		if !k.inBounds(s[0], s[1]) {
-			trapf("extism: input_set [%d, %d) is outside kernel memory (%d bytes)", s[0], s[0]+s[1], k.size())
+		if !k.InBounds(s[0], s[1]) {
+			trapf("extism: input_set [%d, %d) is outside kernel memory (%d bytes)", s[0], s[0]+s[1], k.Size())
 		}
-		k.inputOff, k.inputLen = s[0], s[1]
+		k.InputOff, k.InputLen = s[0], s[1]
 	})
 	def("reset", func(ctx context.Context, s []uint64) {
 		_, k := extismCall(ctx, "reset")
-		chargeBytes(ctx, k.reset())
+		chargeBytes(ctx, k.Reset())
 	})
-	def("memory_bytes", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "memory_bytes"); s[0] = k.memoryBytes() })
+	def("memory_bytes", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "memory_bytes"); s[0] = k.MemoryBytes() })
 
 	// config and vars
 	def("config_get", func(ctx context.Context, s []uint64) {
@@ -395,7 +402,7 @@ func (abiExtism) instantiateHost(ctx context.Context, r wazero.Runtime, t *Tool)
 	def("var_get", func(ctx context.Context, s []uint64) {
 		inv, k := extismCall(ctx, "var_get")
 		key := readBlock(ctx, k, s[0], defaultMaxVarBytes) // a copy: freeing the block leaves it intact
-		k.free(s[0])
+		k.Free(s[0])
 		s[0] = newBlock(ctx, k, inv.vars.m[string(key)], "var value")
 	})
 	def("var_set", func(ctx context.Context, s []uint64) {
@@ -408,8 +415,8 @@ func (abiExtism) instantiateHost(ctx context.Context, r wazero.Runtime, t *Tool)
 				val = []byte{}
 			}
 		}
-		k.free(s[0])
-		k.free(s[1])
+		k.Free(s[0])
+		k.Free(s[1])
 		if err := inv.vars.set(key, val); err != nil {
 			panic(&hostFailure{msg: "extism var_set: " + err.Error(), details: map[string]any{"vars": "full"}})
 		}
@@ -433,9 +440,9 @@ func (abiExtism) instantiateHost(ctx context.Context, r wazero.Runtime, t *Tool)
 	for name, level := range map[string]int32{"log_trace": abi.LogDebug, "log_debug": abi.LogDebug, "log_info": abi.LogInfo, "log_warn": abi.LogWarn, "log_error": abi.LogError} {
 		def(name, func(ctx context.Context, s []uint64) {
 			inv, k := extismCall(ctx, name)
-			msg := k.blockBytes(s[0], maxLogLine) // a longer message is cut, as ABI v1's log does
+			msg := k.BlockBytes(s[0], maxLogLine) // a longer message is cut, as ABI v1's log does
 			chargeBytes(ctx, uint64(len(msg)))
-			k.free(s[0])
+			k.Free(s[0])
 			if admitLog(ctx, inv, len(msg)) { // writers.go: the call's log caps
 				t.exec.emitLog(LogRecord{ToolID: t.ID(), Level: level, Msg: sanitizeLine(msg)})
 			}
@@ -446,27 +453,42 @@ func (abiExtism) instantiateHost(ctx context.Context, r wazero.Runtime, t *Tool)
 	return err
 }
 
+// kernelTrap traps the call when a kernel access failed (an
+// extism.ErrOutOfBounds error): the guest touched memory outside the
+// kernel's, which Extism's ABI has no error code for.
+func kernelTrap(err error) {
+	if err != nil {
+		trapf("%v", err)
+	}
+}
+
+// kernelValue is v, or a trap of the call when err is set (kernelTrap).
+func kernelValue[T any](v T, err error) T {
+	kernelTrap(err)
+	return v
+}
+
 // maxConfigKey caps a config_get key.
 const maxConfigKey = 4 << 10
 
 // readBlock copies at most max bytes of the block at h, charged.
-func readBlock(ctx context.Context, k *kernel, h, max uint64) []byte {
-	n := k.length(h)
+func readBlock(ctx context.Context, k *extism.Kernel, h, max uint64) []byte {
+	n := k.Length(h)
 	if n > max {
 		trapf("extism: a block of %d bytes is over the %d-byte cap here", n, max)
 	}
 	chargeBytes(ctx, n)
-	return k.blockBytes(h, n)
+	return k.BlockBytes(h, n)
 }
 
 // newBlock puts v into a new block (0 for an empty v), charged; a block
 // that does not fit in memMB traps (limits-exceeded memMB).
-func newBlock(ctx context.Context, k *kernel, v []byte, what string) uint64 {
+func newBlock(ctx context.Context, k *extism.Kernel, v []byte, what string) uint64 {
 	if len(v) == 0 {
 		return 0
 	}
 	chargeBytes(ctx, uint64(len(v)))
-	h, ok := k.newBlock(v)
+	h, ok := k.NewBlock(v)
 	if !ok {
 		trapf("extism: the %s (%d bytes) does not fit in kernel memory within memMB", what, len(v))
 	}
@@ -485,18 +507,18 @@ type extismHTTPRequest struct {
 // policy, SSRF checks, DNS pinning, redirect re-checks, budgets and secret
 // placeholders as every tool. The ABI has no in-band error, so a denied or
 // failed request fails the call (handler-error, details.egress).
-func (inv *invocation) extismHTTP(ctx context.Context, k *kernel, reqH, bodyH uint64) uint64 {
+func (inv *invocation) extismHTTP(ctx context.Context, k *extism.Kernel, reqH, bodyH uint64) uint64 {
 	raw := readBlock(ctx, k, reqH, maxHTTPRequestJSON)
 	var body []byte
-	if n := k.length(bodyH); n > 0 {
+	if n := k.Length(bodyH); n > 0 {
 		if !inv.acct.Reserve(int64(n)) { // the host's copy of the body, beside the kernel's
 			trapf("extism http_request: the request body (%d bytes) does not fit in memMB", n)
 		}
 		defer inv.acct.Release(int64(n))
 		body = readBlock(ctx, k, bodyH, n)
 	}
-	k.free(reqH)
-	k.free(bodyH)
+	k.Free(reqH)
+	k.Free(bodyH)
 	var rj extismHTTPRequest
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()

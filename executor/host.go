@@ -11,6 +11,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/sandboxd/sandboxd/abi"
+	"github.com/sandboxd/sandboxd/internal/extism"
 	"github.com/sandboxd/sandboxd/internal/fuel"
 	"github.com/sandboxd/sandboxd/limits"
 )
@@ -87,7 +88,7 @@ type invocation struct {
 
 	// Extism plug-ins (extism.go): the call's kernel, the instance's vars,
 	// the last http_request's status and headers.
-	kernel        *kernel
+	kernel        *extism.Kernel
 	vars          *varStore
 	extismStatus  int32
 	extismHeaders []byte

@@ -1,7 +1,7 @@
 // Package depcheck guards the dependency directions of docs/DESIGN.md "Layout":
 // cmd → server/conformance → executor → artifact, limits, egress, abi,
-// manifest; nothing imports cmd, and the leaf packages never import the
-// executor.
+// manifest; nothing imports cmd, the leaf packages never import the
+// executor, and no internal package imports executor, server or cmd.
 package depcheck
 
 import (
@@ -20,14 +20,17 @@ func TestDependencyDirections(t *testing.T) {
 	}
 	forbidden := map[string][]string{
 		// leaf packages must not reach up
-		"abi":          {"executor", "manifest", "artifact", "limits", "cmd"},
-		"toolerr":      {"executor", "manifest", "artifact", "limits", "abi", "cmd"},
-		"limits":       {"executor", "manifest", "artifact", "cmd"},
-		"artifact":     {"executor", "cmd"},
-		"manifest":     {"executor", "artifact", "limits", "cmd"},
-		"egress":       {"executor", "cmd"},
-		"executor":     {"cmd"},
-		"guest-sdk/go": {"executor", "manifest", "artifact", "limits", "cmd"},
+		"abi":      {"executor", "manifest", "artifact", "limits", "cmd"},
+		"toolerr":  {"executor", "manifest", "artifact", "limits", "abi", "cmd"},
+		"limits":   {"executor", "manifest", "artifact", "cmd"},
+		"artifact": {"executor", "cmd"},
+		"manifest": {"executor", "artifact", "limits", "cmd"},
+		"egress":   {"executor", "cmd"},
+		"executor": {"cmd"},
+		// the Extism kernel is a leaf beside limits (executor turns its
+		// errors into traps)
+		"internal/extism": {"executor", "manifest", "artifact", "egress", "internal/fuel", "cmd"},
+		"guest-sdk/go":    {"executor", "manifest", "artifact", "limits", "cmd"},
 	}
 	dec := json.NewDecoder(strings.NewReader(string(out)))
 	seen := 0
@@ -48,6 +51,13 @@ func TestDependencyDirections(t *testing.T) {
 			drel := strings.TrimPrefix(d, mod+"/")
 			if strings.HasPrefix(drel, "cmd/") {
 				t.Errorf("%s imports %s: nothing may import cmd", rel, drel)
+			}
+			if strings.HasPrefix(rel, "internal/") {
+				for _, bad := range []string{"executor", "server"} {
+					if drel == bad || strings.HasPrefix(drel, bad+"/") {
+						t.Errorf("%s depends on %s: internal packages sit below executor and server", rel, drel)
+					}
+				}
 			}
 			for _, bad := range forbidden[rel] {
 				if drel == bad || strings.HasPrefix(drel, bad+"/") {
