@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"sort"
 	"strings"
@@ -172,7 +173,7 @@ func (abiExtism) begin(t *reactorHandler, in *instance, inv *invocation) error {
 			input = []byte(s)
 		}
 	}
-	k := extism.New(in.acct)
+	k := newExtismKernel(in.acct)
 	if !k.Grow(extism.Page) || !k.SetInput(input) {
 		return t.memExceeded(in.acct.Refused(), fmt.Sprintf("the Extism kernel memory for the input (%d bytes) does not fit in memMB %d", len(input), t.limits.memMB))
 	}
@@ -190,6 +191,7 @@ func (abiExtism) begin(t *reactorHandler, in *instance, inv *invocation) error {
 // string and the bytes are not JSON (no output: null, or "" for a string).
 func (abiExtism) result(t *reactorHandler, inv *invocation, acct *limits.Account, rc uint32) ([]byte, bool, error) {
 	k := inv.kernel
+	k.ctx = context.Background() // the call is over: what the kernel does now is the host's
 	reusable := acct.Refused() == 0
 	if k.ErrorOff != 0 {
 		msg := sanitizeLine(k.BlockBytes(k.ErrorOff, maxErrorBytes))
@@ -285,13 +287,32 @@ type hostFailure struct {
 
 func (e *hostFailure) Error() string { return e.msg }
 
-// extismCall returns the kernel of the call running on ctx; outside a call
-// (during initialisation) the plug-in traps.
-func extismCall(ctx context.Context, fn string) (*invocation, *extism.Kernel) {
+// extismKernel is a call's Extism kernel, charging its work (copies, pages
+// allocated and cleared, a chunk at a time: internal/extism) to the call of
+// the host function running on it, which extismCall sets.
+type extismKernel struct {
+	*extism.Kernel
+	ctx context.Context
+}
+
+func newExtismKernel(acct *limits.Account) *extismKernel {
+	k := &extismKernel{ctx: context.Background()} // begin's work (the input) is not charged
+	k.Kernel = extism.New(acct, k.charge)
+	return k
+}
+
+// charge is the kernel's extism.Meter: chargeBytes panics, trapping the
+// guest, once the call is interrupted or spent.
+func (k *extismKernel) charge(n uint64) { chargeBytes(k.ctx, n) }
+
+// extismCall returns the kernel of the call running on ctx, charging that
+// call; outside a call (during initialisation) the plug-in traps.
+func extismCall(ctx context.Context, fn string) (*invocation, *extismKernel) {
 	inv := invocationFrom(ctx)
 	if inv == nil || inv.kernel == nil {
 		trapf("extism: %s called outside a call (during initialisation)", fn)
 	}
+	inv.kernel.ctx = ctx
 	return inv, inv.kernel
 }
 
@@ -316,9 +337,8 @@ func (abiExtism) instantiateHost(ctx context.Context, r wazero.Runtime, t *Tool)
 	// kernel
 	def("alloc", func(ctx context.Context, s []uint64) {
 		_, k := extismCall(ctx, "alloc")
-		if s[0] = k.Alloc(s[0]); s[0] != 0 {
-			chargeBytes(ctx, k.Length(s[0])) // the host zeroed what it hands out
-		}
+		s[0] = k.Alloc(s[0]) // a header write: pages are allocated when written, cleared by reset
+
 	})
 	def("free", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "free"); k.Free(s[0]) })
 	def("length", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "length"); s[0] = k.Length(s[0]) })
@@ -361,8 +381,7 @@ func (abiExtism) instantiateHost(ctx context.Context, r wazero.Runtime, t *Tool)
 		inv, k := extismCall(ctx, "error_set")
 		k.ErrorOff = s[0]
 		if s[0] != 0 { // a proc_exit after error_set reports the message too (classify)
-			msg := k.BlockBytes(s[0], maxErrorBytes)
-			chargeBytes(ctx, uint64(len(msg)))
+			msg := k.BlockBytes(s[0], maxErrorBytes) // charged
 			inv.mu.Lock()
 			inv.declared = &declaredError{Message: sanitizeLine(msg)}
 			inv.mu.Unlock()
@@ -380,14 +399,15 @@ func (abiExtism) instantiateHost(ctx context.Context, r wazero.Runtime, t *Tool)
 	})
 	def("reset", func(ctx context.Context, s []uint64) {
 		_, k := extismCall(ctx, "reset")
-		chargeBytes(ctx, k.Reset())
+		k.Reset() // clears the pages written since, a page at a time, each charged first
+
 	})
 	def("memory_bytes", func(ctx context.Context, s []uint64) { _, k := extismCall(ctx, "memory_bytes"); s[0] = k.MemoryBytes() })
 
 	// config and vars
 	def("config_get", func(ctx context.Context, s []uint64) {
 		inv, k := extismCall(ctx, "config_get")
-		key := string(readBlock(ctx, k, s[0], maxConfigKey))
+		key := string(readBlock(k, s[0], maxConfigKey))
 		v, errno, _ := t.config(inv, key) // needs.go: declared names with a value
 		if errno != 0 {
 			s[0] = 0
@@ -397,20 +417,20 @@ func (abiExtism) instantiateHost(ctx context.Context, r wazero.Runtime, t *Tool)
 		if json.Unmarshal(v, &str) == nil {
 			v = []byte(str) // strings as they are, other JSON as its text
 		}
-		s[0] = newBlock(ctx, k, v, "config value")
+		s[0] = newBlock(k, v, "config value")
 	})
 	def("var_get", func(ctx context.Context, s []uint64) {
 		inv, k := extismCall(ctx, "var_get")
-		key := readBlock(ctx, k, s[0], defaultMaxVarBytes) // a copy: freeing the block leaves it intact
+		key := readBlock(k, s[0], defaultMaxVarBytes) // a copy: freeing the block leaves it intact
 		k.Free(s[0])
-		s[0] = newBlock(ctx, k, inv.vars.m[string(key)], "var value")
+		s[0] = newBlock(k, inv.vars.m[string(key)], "var value")
 	})
 	def("var_set", func(ctx context.Context, s []uint64) {
 		inv, k := extismCall(ctx, "var_set")
-		key := string(readBlock(ctx, k, s[0], defaultMaxVarBytes))
+		key := string(readBlock(k, s[0], defaultMaxVarBytes))
 		var val []byte
 		if s[1] != 0 {
-			val = readBlock(ctx, k, s[1], defaultMaxVarBytes)
+			val = readBlock(k, s[1], defaultMaxVarBytes)
 			if val == nil {
 				val = []byte{}
 			}
@@ -433,15 +453,14 @@ func (abiExtism) instantiateHost(ctx context.Context, r wazero.Runtime, t *Tool)
 	})
 	def("http_headers", func(ctx context.Context, s []uint64) {
 		inv, k := extismCall(ctx, "http_headers")
-		s[0] = newBlock(ctx, k, inv.extismHeaders, "response headers")
+		s[0] = newBlock(k, inv.extismHeaders, "response headers")
 	})
 
 	// logs: trace and debug are sandboxd's debug
 	for name, level := range map[string]int32{"log_trace": abi.LogDebug, "log_debug": abi.LogDebug, "log_info": abi.LogInfo, "log_warn": abi.LogWarn, "log_error": abi.LogError} {
 		def(name, func(ctx context.Context, s []uint64) {
 			inv, k := extismCall(ctx, name)
-			msg := k.BlockBytes(s[0], maxLogLine) // a longer message is cut, as ABI v1's log does
-			chargeBytes(ctx, uint64(len(msg)))
+			msg := k.BlockBytes(s[0], maxLogLine) // a longer message is cut, as ABI v1's log does (charged)
 			k.Free(s[0])
 			if admitLog(ctx, inv, len(msg)) { // writers.go: the call's log caps
 				t.exec.emitLog(LogRecord{ToolID: t.ID(), Level: level, Msg: sanitizeLine(msg)})
@@ -471,23 +490,23 @@ func kernelValue[T any](v T, err error) T {
 // maxConfigKey caps a config_get key.
 const maxConfigKey = 4 << 10
 
-// readBlock copies at most max bytes of the block at h, charged.
-func readBlock(ctx context.Context, k *extism.Kernel, h, max uint64) []byte {
+// readBlock copies at most max bytes of the block at h (charged a chunk at
+// a time as it copies).
+func readBlock(k *extismKernel, h, max uint64) []byte {
 	n := k.Length(h)
 	if n > max {
 		trapf("extism: a block of %d bytes is over the %d-byte cap here", n, max)
 	}
-	chargeBytes(ctx, n)
 	return k.BlockBytes(h, n)
 }
 
-// newBlock puts v into a new block (0 for an empty v), charged; a block
-// that does not fit in memMB traps (limits-exceeded memMB).
-func newBlock(ctx context.Context, k *extism.Kernel, v []byte, what string) uint64 {
+// newBlock puts v into a new block (0 for an empty v), charged a chunk at
+// a time as it copies; a block that does not fit in memMB traps
+// (limits-exceeded memMB).
+func newBlock(k *extismKernel, v []byte, what string) uint64 {
 	if len(v) == 0 {
 		return 0
 	}
-	chargeBytes(ctx, uint64(len(v)))
 	h, ok := k.NewBlock(v)
 	if !ok {
 		trapf("extism: the %s (%d bytes) does not fit in kernel memory within memMB", what, len(v))
@@ -507,15 +526,15 @@ type extismHTTPRequest struct {
 // policy, SSRF checks, DNS pinning, redirect re-checks, budgets and secret
 // placeholders as every tool. The ABI has no in-band error, so a denied or
 // failed request fails the call (handler-error, details.egress).
-func (inv *invocation) extismHTTP(ctx context.Context, k *extism.Kernel, reqH, bodyH uint64) uint64 {
-	raw := readBlock(ctx, k, reqH, maxHTTPRequestJSON)
+func (inv *invocation) extismHTTP(ctx context.Context, k *extismKernel, reqH, bodyH uint64) uint64 {
+	raw := readBlock(k, reqH, maxHTTPRequestJSON)
 	var body []byte
 	if n := k.Length(bodyH); n > 0 {
 		if !inv.acct.Reserve(int64(n)) { // the host's copy of the body, beside the kernel's
 			trapf("extism http_request: the request body (%d bytes) does not fit in memMB", n)
 		}
 		defer inv.acct.Release(int64(n))
-		body = readBlock(ctx, k, bodyH, n)
+		body = readBlock(k, bodyH, n)
 	}
 	k.Free(reqH)
 	k.Free(bodyH)
@@ -538,7 +557,11 @@ func (inv *invocation) extismHTTP(ctx context.Context, k *extism.Kernel, reqH, b
 		panic(inv.egressFailure(st, rj.URL, err))
 	}
 	defer resp.Close()
-	data, err := readCharged(resp, inv.acct, -1) // httptool.go: charged to memMB as it grows
+	mr := &meteredReader{ctx: ctx, r: resp}
+	data, err := readCharged(mr, inv.acct, -1) // httptool.go: charged to memMB as it grows
+	if mr.stop != nil {
+		panic(mr.stop) // interrupted or spent while reading
+	}
 	if err != nil {
 		if errors.Is(err, errMemMB) {
 			trapf("extism http_request: the response body does not fit in memMB")
@@ -546,12 +569,40 @@ func (inv *invocation) extismHTTP(ctx context.Context, k *extism.Kernel, reqH, b
 		panic(inv.egressFailure(st, rj.URL, err))
 	}
 	defer inv.acct.Release(int64(cap(data)))
-	chargeBytes(ctx, uint64(len(data)))
 	hdr, _ := json.Marshal(resp.HeadersMap())
 	inv.mu.Lock()
 	inv.extismStatus, inv.extismHeaders = int32(resp.Status), hdr
 	inv.mu.Unlock()
-	return newBlock(ctx, k, data, "response body")
+	return newBlock(k, data, "response body")
+}
+
+// meteredReader charges the call of ctx for every byte read from r as it
+// reads, so a large response body is paid for and stops within a read of
+// the call's interrupt. The stop (chargeBytes' panic) is held in stop and
+// reported to the reader's caller as errStopped, so that readCharged
+// releases what it reserved; the caller raises stop again.
+type meteredReader struct {
+	ctx  context.Context
+	r    io.Reader
+	stop any
+}
+
+var errStopped = errors.New("the call was stopped while the response body was read")
+
+func (m *meteredReader) Read(p []byte) (int, error) {
+	if m.stop != nil {
+		return 0, errStopped
+	}
+	n, err := m.r.Read(p)
+	if m.charge(n); m.stop != nil {
+		return n, errStopped
+	}
+	return n, err
+}
+
+func (m *meteredReader) charge(n int) {
+	defer func() { m.stop = recover() }()
+	chargeBytes(m.ctx, uint64(max(n, 0)))
 }
 
 // egressFailure is the handler-error of a failed http_request, naming the

@@ -150,7 +150,7 @@ func TestHostWorkChargesFuel(t *testing.T) {
 		if g.fx == "loop" || g.fx == "lat_calltree" {
 			continue // no host calls
 		}
-		tool := load(t, e, g.fx, withLimits(g.memMB, 60_000))
+		tool := latLoad(t, e, g, 60_000)
 		var observed []int64
 		for range 2 {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -11,7 +11,6 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/sandboxd/sandboxd/abi"
-	"github.com/sandboxd/sandboxd/internal/extism"
 	"github.com/sandboxd/sandboxd/internal/fuel"
 	"github.com/sandboxd/sandboxd/limits"
 )
@@ -88,7 +87,7 @@ type invocation struct {
 
 	// Extism plug-ins (extism.go): the call's kernel, the instance's vars,
 	// the last http_request's status and headers.
-	kernel        *extism.Kernel
+	kernel        *extismKernel
 	vars          *varStore
 	extismStatus  int32
 	extismHeaders []byte

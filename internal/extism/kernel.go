@@ -15,6 +15,15 @@
 // returns 77. Allocation bumps; a freed block is reused (first fit, split
 // when more than splitMin bytes would be left) only when the bump region is
 // exhausted, before the memory grows.
+//
+// Host work in proportion to a guest's request is done in chunks of at most
+// Chunk bytes, each charged to the call's Meter before it is done, so that a
+// call stops within one chunk of its interrupt; and memory is touched only
+// where the guest wrote: a page is allocated on its first write (a page
+// never written reads as zeros and costs nothing but its reservation in the
+// account) and Reset clears only the pages written since they were last
+// cleared. Growing the memory, allocating, freeing and resetting the block
+// records cost the same whatever their size.
 package extism
 
 import (
@@ -31,6 +40,9 @@ const (
 	// MaxPages is the most pages a kernel holds: 4 GiB, the most a
 	// u32-sized Extism kernel addresses.
 	MaxPages = 65536
+	// Chunk is the most bytes the kernel copies, allocates or clears
+	// between two calls of its Meter.
+	Chunk = Page
 	// FirstBlock is the handle of the first block allocated after New or
 	// Reset (the root, then a block header).
 	FirstBlock = rootAt + rootSize + header // 77
@@ -62,14 +74,35 @@ func outOfBounds(format string, args ...any) error {
 	return boundsError(fmt.Sprintf(format, args...))
 }
 
+// Meter is charged for the kernel's work before it is done: n bytes (at
+// most Chunk) copied, allocated or cleared. It may panic to stop the call
+// (fuel.Charge does when the call is interrupted or out of fuel); the panic
+// leaves the kernel consistent, with the work not yet done undone.
+type Meter func(n uint64)
+
 // Kernel is one call's Extism kernel memory. It is used by one guest call at
 // a time (host functions run on the guest's goroutine).
 type Kernel struct {
-	acct   *limits.Account
-	pages  [][]byte
-	pos    uint64            // next block header (bump position)
-	blocks map[uint64]*block // by data offset
-	freed  []uint64          // data offsets of free blocks, in freeing order
+	acct  *limits.Account
+	meter Meter
+	// pages is the memory, a page per entry; nil for a page never written
+	// (it reads as zeros).
+	pages [][]byte
+	// dirty lists the pages written since they were last cleared (Reset
+	// clears only those); isDirty is the same set as a bitmap.
+	dirty   []uint32
+	isDirty []uint64
+	pos     uint64           // next block header (bump position)
+	blocks  map[uint64]block // by data offset
+	// peakBlocks is the most records blocks held since it was made: Reset
+	// replaces a map that grew large rather than clearing it (clear costs
+	// its capacity, not its length).
+	peakBlocks int
+	// freed holds the data offsets of free blocks, in freeing order, from
+	// freedHead on (reuse takes from the first maxReuseScan of them and
+	// shifts only those).
+	freed     []uint64
+	freedHead int
 
 	// InputOff and InputLen are the input's range (input_set may point it
 	// anywhere in kernel memory); OutputOff and OutputLen the output's
@@ -84,9 +117,13 @@ type block struct {
 	active     bool
 }
 
-// New returns an empty kernel (no pages) charging acct.
-func New(acct *limits.Account) *Kernel {
-	return &Kernel{acct: acct, pos: rootAt + rootSize, blocks: map[uint64]*block{}}
+// New returns an empty kernel (no pages) reserving its memory in acct and
+// charging its work to meter (nil: to nothing).
+func New(acct *limits.Account, meter Meter) *Kernel {
+	if meter == nil {
+		meter = func(uint64) {}
+	}
+	return &Kernel{acct: acct, meter: meter, pos: rootAt + rootSize, blocks: map[uint64]block{}}
 }
 
 // Size is the kernel memory's current size in bytes.
@@ -102,10 +139,29 @@ func (k *Kernel) Grow(end uint64) bool {
 	if uint64(len(k.pages))+need > MaxPages || !k.acct.Reserve(int64(need*Page)) {
 		return false
 	}
-	for range need {
-		k.pages = append(k.pages, make([]byte, Page))
+	// The pages are allocated on their first write (page): growing costs
+	// a slice entry per page, whatever the size.
+	k.pages = append(k.pages, make([][]byte, need)...)
+	if words := (len(k.pages) + 63) / 64; words > len(k.isDirty) {
+		k.isDirty = append(k.isDirty, make([]uint64, words-len(k.isDirty))...)
 	}
 	return true
+}
+
+// page returns page p for writing: allocated on its first write (charged
+// a Chunk) and marked dirty.
+func (k *Kernel) page(p uint64) []byte {
+	pg := k.pages[p]
+	if pg == nil {
+		k.meter(Page) // the allocator may have to zero it
+		pg = make([]byte, Page)
+		k.pages[p] = pg
+	}
+	if w, bit := p/64, uint64(1)<<(p%64); k.isDirty[w]&bit == 0 {
+		k.isDirty[w] |= bit
+		k.dirty = append(k.dirty, uint32(p))
+	}
+	return pg
 }
 
 // Alloc allocates a block of n bytes and returns its data offset, or 0 for
@@ -139,10 +195,16 @@ func (k *Kernel) bump(n uint64) uint64 {
 		return 0
 	}
 	h := k.pos + header
-	k.blocks[h] = &block{size: n, used: n, active: true}
-	k.writeHeader(h)
+	k.setBlock(h, block{size: n, used: n, active: true})
 	k.pos = h + n
 	return h
+}
+
+// setBlock records the block at h and mirrors its header into memory.
+func (k *Kernel) setBlock(h uint64, b block) {
+	k.blocks[h] = b
+	k.peakBlocks = max(k.peakBlocks, len(k.blocks))
+	k.writeHeader(h, b)
 }
 
 // maxReuseScan bounds how many free blocks one alloc looks at, so that a
@@ -153,29 +215,33 @@ const maxReuseScan = 256
 // reuse takes the first free block of at least n bytes among the first
 // maxReuseScan, splitting it when enough would be left over.
 func (k *Kernel) reuse(n uint64) uint64 {
-	for i, h := range k.freed[:min(len(k.freed), maxReuseScan)] {
-		b := k.blocks[h]
-		if b == nil || b.active || b.size < n {
+	free := k.freed[k.freedHead:]
+	for i, h := range free[:min(len(free), maxReuseScan)] {
+		b, ok := k.blocks[h]
+		if !ok || b.active || b.size < n {
 			continue
 		}
-		k.freed = append(k.freed[:i], k.freed[i+1:]...)
+		// Remove entry i, shifting the i before it (not the rest).
+		copy(free[1:i+1], free[:i])
+		k.freedHead++
+		if k.freedHead == len(k.freed) {
+			k.freed, k.freedHead = k.freed[:0], 0
+		}
 		if rest := b.size - n; rest > splitMin+header && k.record() {
 			b.size = n
 			nh := h + n + header
-			k.blocks[nh] = &block{size: rest - header}
-			k.writeHeader(nh)
+			k.setBlock(nh, block{size: rest - header})
 			k.freed = append(k.freed, nh)
 		}
 		b.used, b.active = n, true
-		k.writeHeader(h)
+		k.setBlock(h, b)
 		return h
 	}
 	return 0
 }
 
-// writeHeader mirrors a block's header into memory, where Extism keeps it.
-func (k *Kernel) writeHeader(h uint64) {
-	b := k.blocks[h]
+// writeHeader mirrors block b's header into memory, where Extism keeps it.
+func (k *Kernel) writeHeader(h uint64, b block) {
 	var hdr [header]byte
 	hdr[0] = blockFree
 	if b.active {
@@ -183,18 +249,18 @@ func (k *Kernel) writeHeader(h uint64) {
 	}
 	binary.LittleEndian.PutUint32(hdr[4:], uint32(b.size))
 	binary.LittleEndian.PutUint32(hdr[8:], uint32(b.used))
-	k.write(h-header, hdr[:])
+	k.write(h-header, hdr[:], false)
 }
 
 // Free marks the block at h free; 0 and unknown handles are ignored.
 // Freeing the input block empties the input.
 func (k *Kernel) Free(h uint64) {
-	b := k.blocks[h]
-	if b == nil || !b.active {
+	b, ok := k.blocks[h]
+	if !ok || !b.active {
 		return
 	}
 	b.active, b.used = false, 0
-	k.writeHeader(h)
+	k.setBlock(h, b)
 	k.freed = append(k.freed, h)
 	if h == k.InputOff {
 		k.InputLen = 0
@@ -204,7 +270,7 @@ func (k *Kernel) Free(h uint64) {
 // Length is the used length of the active block whose data starts at h, 0
 // for anything else.
 func (k *Kernel) Length(h uint64) uint64 {
-	if b := k.blocks[h]; b != nil && b.active {
+	if b, ok := k.blocks[h]; ok && b.active {
 		return b.used
 	}
 	return 0
@@ -216,27 +282,43 @@ func (k *Kernel) InBounds(off, n uint64) bool {
 	return end >= off && end <= k.Size()
 }
 
-// Read copies [off, off+n) out of kernel memory; the caller checked bounds.
+// Read copies [off, off+n) out of kernel memory, charging each chunk; the
+// caller checked bounds.
 func (k *Kernel) Read(off, n uint64) []byte {
 	out := make([]byte, n)
-	k.copyOut(out, off)
+	k.copyOut(out, off, true)
 	return out
 }
 
-func (k *Kernel) copyOut(dst []byte, off uint64) {
+// copyOut copies kernel memory at off into dst, a page (Chunk) at a time,
+// each charged first when metered.
+func (k *Kernel) copyOut(dst []byte, off uint64, metered bool) {
 	for len(dst) > 0 {
 		p, o := off/Page, off%Page
-		c := copy(dst, k.pages[p][o:])
-		dst, off = dst[c:], off+uint64(c)
+		c := min(uint64(len(dst)), Page-o)
+		if metered {
+			k.meter(c)
+		}
+		if pg := k.pages[p]; pg != nil {
+			copy(dst[:c], pg[o:])
+		} else {
+			clear(dst[:c])
+		}
+		dst, off = dst[c:], off+c
 	}
 }
 
-// write copies b into kernel memory at off; the caller checked bounds.
-func (k *Kernel) write(off uint64, b []byte) {
+// write copies b into kernel memory at off, a page (Chunk) at a time, each
+// charged first when metered; the caller checked bounds.
+func (k *Kernel) write(off uint64, b []byte, metered bool) {
 	for len(b) > 0 {
 		p, o := off/Page, off%Page
-		c := copy(k.pages[p][o:], b)
-		b, off = b[c:], off+uint64(c)
+		c := min(uint64(len(b)), Page-o)
+		if metered {
+			k.meter(c)
+		}
+		copy(k.page(p)[o:], b[:c])
+		b, off = b[c:], off+c
 	}
 }
 
@@ -245,7 +327,10 @@ func (k *Kernel) LoadU8(off uint64) (uint8, error) {
 	if !k.InBounds(off, 1) {
 		return 0, outOfBounds("extism: load_u8 at %d is outside kernel memory (%d bytes)", off, k.Size())
 	}
-	return k.pages[off/Page][off%Page], nil
+	if pg := k.pages[off/Page]; pg != nil {
+		return pg[off%Page], nil
+	}
+	return 0, nil
 }
 
 // LoadU64 reads the little-endian u64 at off.
@@ -254,7 +339,7 @@ func (k *Kernel) LoadU64(off uint64) (uint64, error) {
 		return 0, outOfBounds("extism: load_u64 at %d is outside kernel memory (%d bytes)", off, k.Size())
 	}
 	var b [8]byte
-	k.copyOut(b[:], off)
+	k.copyOut(b[:], off, false)
 	return binary.LittleEndian.Uint64(b[:]), nil
 }
 
@@ -263,7 +348,7 @@ func (k *Kernel) StoreU8(off uint64, v uint8) error {
 	if !k.InBounds(off, 1) {
 		return outOfBounds("extism: store_u8 at %d is outside kernel memory (%d bytes)", off, k.Size())
 	}
-	k.pages[off/Page][off%Page] = v
+	k.page(off / Page)[off%Page] = v
 	return nil
 }
 
@@ -274,7 +359,7 @@ func (k *Kernel) StoreU64(off, v uint64) error {
 	}
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], v)
-	k.write(off, b[:])
+	k.write(off, b[:], false)
 	return nil
 }
 
@@ -301,25 +386,39 @@ func (k *Kernel) SetInput(b []byte) bool {
 	if h == 0 && len(b) > 0 {
 		return false
 	}
-	k.write(h, b)
+	k.write(h, b, true)
 	k.InputOff, k.InputLen = h, uint64(len(b))
 	return true
 }
 
 // Reset clears every block and the input, output and error, as Extism's
-// reset does; the pages stay (zeroed). It returns the bytes it cleared.
-func (k *Kernel) Reset() uint64 {
-	used := k.Size() // a guest may have stored anywhere in kernel memory
-	for _, p := range k.pages {
-		clear(p)
-	}
+// reset does; the memory stays its size, all zeros. Only the pages written
+// since they were last cleared are cleared, a page at a time, each charged
+// first: its cost is the guest's writes since, not the memory's size. The
+// records go first, so a Meter panic leaves a kernel with no blocks whose
+// uncleared pages are still listed dirty.
+func (k *Kernel) Reset() {
 	k.pos = rootAt + rootSize
 	k.acct.Release(int64(len(k.blocks)) * blockHostBytes)
-	clear(k.blocks)
-	k.freed = k.freed[:0]
+	if k.peakBlocks > maxClearBlocks {
+		k.blocks, k.peakBlocks = map[uint64]block{}, 0
+	} else {
+		clear(k.blocks)
+	}
+	k.freed, k.freedHead = k.freed[:0], 0
 	k.InputOff, k.InputLen, k.OutputOff, k.OutputLen, k.ErrorOff = 0, 0, 0, 0, 0
-	return used
+	for len(k.dirty) > 0 {
+		p := k.dirty[len(k.dirty)-1]
+		k.meter(Page)
+		clear(k.pages[p])
+		k.dirty = k.dirty[:len(k.dirty)-1]
+		k.isDirty[p/64] &^= 1 << (p % 64)
+	}
 }
+
+// maxClearBlocks is the most block records Reset clears in place; a map
+// that held more is replaced (its old buckets are the collector's).
+const maxClearBlocks = 4096
 
 // MemoryBytes is the length the kernel reports (its memory after the root).
 func (k *Kernel) MemoryBytes() uint64 {
@@ -347,10 +446,10 @@ func (k *Kernel) NewBlock(b []byte) (h uint64, ok bool) {
 	if h = k.Alloc(uint64(len(b))); h == 0 {
 		return 0, false
 	}
-	k.write(h, b)
+	k.write(h, b, true)
 	return h, true
 }
 
 func (k *Kernel) String() string {
-	return fmt.Sprintf("kernel{%d pages, pos %d, %d blocks}", len(k.pages), k.pos, len(k.blocks))
+	return fmt.Sprintf("kernel{%d pages (%d dirty), pos %d, %d blocks}", len(k.pages), len(k.dirty), k.pos, len(k.blocks))
 }

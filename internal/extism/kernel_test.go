@@ -2,6 +2,7 @@ package extism_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/sandboxd/sandboxd/internal/extism"
@@ -10,7 +11,7 @@ import (
 
 func newKernel(t *testing.T, limit int64) *extism.Kernel {
 	t.Helper()
-	k := extism.New(limits.NewAccount(limit))
+	k := extism.New(limits.NewAccount(limit), nil)
 	if !k.Grow(extism.Page) {
 		t.Fatal("the first page does not fit")
 	}
@@ -97,5 +98,132 @@ func TestKernelAllocRefused(t *testing.T) {
 	}
 	if h := k.Alloc(10); h == 0 {
 		t.Fatal("a small alloc failed after a refusal")
+	}
+}
+
+// countingMeter records the kernel's charges; it panics (as fuel.Charge
+// does when a call is interrupted) once stopAfter charges were made, when
+// stopAfter > 0.
+type countingMeter struct {
+	calls, bytes, maxN uint64
+	stopAfter          uint64
+}
+
+type stopped struct{}
+
+func (m *countingMeter) charge(n uint64) {
+	if m.stopAfter > 0 && m.calls >= m.stopAfter {
+		panic(stopped{})
+	}
+	m.calls++
+	m.bytes += n
+	m.maxN = max(m.maxN, n)
+}
+
+// G04: memory the guest never wrote is never touched. A 1 GiB allocation
+// costs a header write (one page allocated), a reset after it clears only
+// that page, and reads of the rest are zeros that allocate nothing.
+func TestG04KernelTouchesOnlyWrittenPages(t *testing.T) {
+	m := &countingMeter{}
+	k := extism.New(limits.NewAccount(2<<30), m.charge)
+	h := k.Alloc(1 << 30)
+	if h == 0 {
+		t.Fatal("alloc of 1 GiB failed")
+	}
+	if m.bytes > extism.Page {
+		t.Fatalf("alloc of 1 GiB charged %d bytes of work, want at most one page", m.bytes)
+	}
+	for off := h; off < h+1<<30; off += 1 << 24 {
+		if v, err := k.LoadU64(off); err != nil || v != 0 {
+			t.Fatalf("load at %d: %d %v", off, v, err)
+		}
+	}
+	for range 1000 {
+		m.bytes = 0
+		k.Reset()
+		if m.bytes > extism.Page {
+			t.Fatalf("reset charged %d bytes, want at most one page (the only one written)", m.bytes)
+		}
+		if h = k.Alloc(1 << 30); h == 0 {
+			t.Fatal("alloc after reset failed")
+		}
+	}
+	if s := k.String(); !strings.Contains(s, "(1 dirty)") {
+		t.Fatalf("after 1000 alloc/reset rounds: %s", s)
+	}
+}
+
+// Bulk work is charged a chunk at a time before it is done, and a meter that
+// stops the call mid-way leaves a kernel that a later Reset finishes: every
+// page written reads zero again.
+func TestG04KernelChunkedAndStoppable(t *testing.T) {
+	m := &countingMeter{}
+	k := extism.New(limits.NewAccount(64<<20), m.charge)
+	data := make([]byte, 8<<20)
+	for i := range data {
+		data[i] = byte(i%251) + 1
+	}
+	h, ok := k.NewBlock(data)
+	if !ok {
+		t.Fatal("NewBlock failed")
+	}
+	if m.maxN > extism.Chunk || m.bytes < uint64(len(data)) {
+		t.Fatalf("NewBlock of 8 MiB: %d charges, largest %d, total %d", m.calls, m.maxN, m.bytes)
+	}
+	if got := k.Read(h, uint64(len(data))); string(got) != string(data) {
+		t.Fatal("Read returned other bytes")
+	}
+	m.stopAfter = m.calls + 10
+	func() {
+		defer func() {
+			if _, ok := recover().(stopped); !ok {
+				t.Fatal("Reset did not stop at the meter's panic")
+			}
+		}()
+		k.Reset()
+	}()
+	if k.Length(h) != 0 || k.InputLen != 0 {
+		t.Fatal("a stopped Reset kept its records")
+	}
+	m.stopAfter = 0
+	k.Reset()
+	for off := h; off < h+uint64(len(data)); off += 4093 {
+		if v, _ := k.LoadU8(off); v != 0 {
+			t.Fatalf("byte %d = %d after the finished reset", off, v)
+		}
+	}
+}
+
+// Alloc/free churn costs the same per call however many blocks were freed:
+// reuse shifts only the entries it scanned, and a Reset after a million
+// blocks replaces their map rather than clearing it.
+func TestG04KernelChurn(t *testing.T) {
+	k := extism.New(limits.NewAccount(1<<30), nil)
+	const n = 1 << 20
+	hs := make([]uint64, 0, n)
+	for range n {
+		h := k.Alloc(16)
+		if h == 0 {
+			t.Fatal("alloc failed")
+		}
+		hs = append(hs, h)
+	}
+	for _, h := range hs {
+		k.Free(h)
+	}
+	// The bump region is exhausted only at the memory's end: fill it, so
+	// allocations reuse freed blocks.
+	rest := k.Size() - (hs[len(hs)-1] + 16) - 12
+	if k.Alloc(rest) == 0 {
+		t.Fatal("filling the last page failed")
+	}
+	for i := range 1000 {
+		if h := k.Alloc(16); h != hs[i] {
+			t.Fatalf("alloc %d reused %d, want the %d-th freed block %d", i, h, i, hs[i])
+		}
+	}
+	k.Reset()
+	if h := k.Alloc(1); h != extism.FirstBlock {
+		t.Fatalf("first block after reset %d", h)
 	}
 }
