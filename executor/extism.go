@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"sort"
 	"strings"
@@ -262,7 +263,7 @@ func (v *varStore) set(key string, val []byte) error {
 	}
 	newSize := int64(len(key)+len(val)) + varEntryOverhead
 	if v.bytes-oldSize+newSize > v.max {
-		return fmt.Errorf("the variable store is full (%d bytes at most)", v.max)
+		return v.full()
 	}
 	if grow := newSize - oldSize; grow > 0 && !v.acct.Reserve(grow) {
 		return fmt.Errorf("a variable of %d bytes does not fit in memMB", len(val))
@@ -275,6 +276,21 @@ func (v *varStore) set(key string, val []byte) error {
 	v.m[key] = val
 	v.bytes += newSize - oldSize
 	return nil
+}
+
+// holds reports whether a var of a key and a value of these lengths fits in
+// an empty store.
+func (v *varStore) holds(keyLen, valLen uint64) bool {
+	return keyLen+valLen <= uint64(v.max-varEntryOverhead)
+}
+
+func (v *varStore) full() error {
+	return fmt.Errorf("the variable store is full (%d bytes at most)", v.max)
+}
+
+// varsFull is var_set's failure: handler-error, details.vars "full".
+func varsFull(err error) *hostFailure {
+	return &hostFailure{msg: "extism var_set: " + err.Error(), details: map[string]any{"vars": "full"}}
 }
 
 // hostFailure is the panic value of a host function whose failure fails the
@@ -421,12 +437,28 @@ func (abiExtism) instantiateHost(ctx context.Context, r wazero.Runtime, t *Tool)
 	})
 	def("var_get", func(ctx context.Context, s []uint64) {
 		inv, k := extismCall(ctx, "var_get")
+		if !inv.vars.holds(k.Length(s[0]), 0) { // a key the store cannot hold names no var
+			k.Free(s[0])
+			s[0] = 0
+			return
+		}
 		key := readBlock(k, s[0], defaultMaxVarBytes) // a copy: freeing the block leaves it intact
 		k.Free(s[0])
 		s[0] = newBlock(k, inv.vars.m[string(key)], "var value")
 	})
 	def("var_set", func(ctx context.Context, s []uint64) {
 		inv, k := extismCall(ctx, "var_set")
+		// A var larger than the whole store is the store's refusal (Extism:
+		// "Variable store is full"), found from the lengths before anything
+		// is copied; so is a key no store could hold, except for a delete.
+		if kn, vn := k.Length(s[0]), k.Length(s[1]); !inv.vars.holds(kn, vn) {
+			k.Free(s[0])
+			k.Free(s[1])
+			if s[1] == 0 {
+				return // deleting a var that cannot exist
+			}
+			panic(varsFull(inv.vars.full()))
+		}
 		key := string(readBlock(k, s[0], defaultMaxVarBytes))
 		var val []byte
 		if s[1] != 0 {
@@ -438,7 +470,7 @@ func (abiExtism) instantiateHost(ctx context.Context, r wazero.Runtime, t *Tool)
 		k.Free(s[0])
 		k.Free(s[1])
 		if err := inv.vars.set(key, val); err != nil {
-			panic(&hostFailure{msg: "extism var_set: " + err.Error(), details: map[string]any{"vars": "full"}})
+			panic(varsFull(err))
 		}
 	})
 
@@ -569,11 +601,22 @@ func (inv *invocation) extismHTTP(ctx context.Context, k *extismKernel, reqH, bo
 		panic(inv.egressFailure(st, rj.URL, err))
 	}
 	defer inv.acct.Release(int64(cap(data)))
-	hdr, _ := json.Marshal(resp.HeadersMap())
+	hdr, _ := json.Marshal(extismHeaders(resp.Header))
 	inv.mu.Lock()
 	inv.extismStatus, inv.extismHeaders = int32(resp.Status), hdr
 	inv.mu.Unlock()
 	return newBlock(k, data, "response body")
+}
+
+// extismHeaders is http_headers' object, as go-sdk makes it: lower-case
+// names, the values of a repeated header joined with "," (the declarative
+// HTTP tool's egress.Response.HeadersMap joins them with ", ").
+func extismHeaders(h http.Header) map[string]string {
+	out := make(map[string]string, len(h))
+	for name, vs := range h {
+		out[strings.ToLower(name)] = strings.Join(vs, ",")
+	}
+	return out
 }
 
 // meteredReader charges the call of ctx for every byte read from r as it

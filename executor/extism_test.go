@@ -367,9 +367,6 @@ func TestExtismRefusals(t *testing.T) {
 		{"unknown extism:host/env name", func() []byte { return watModule(t, "unknown_import") }, "", []string{"extism:host/env.bogus", "no such function"}},
 		{"several candidates", func() []byte { return watModule(t, "hostile") }, "", []string{"huge_alloc", "load_wild", "offsets", "#NAME"}},
 		{"no such export", func() []byte { return watModule(t, "hostile") }, "nope", []string{`"nope"`}},
-		// noop.wasm imports nothing from extism:host/env: it is not an Extism
-		// plug-in, so ABI v1 refuses the entry suffix.
-		{"not an Extism plug-in", func() []byte { return extismPlugin(t, "noop.wasm") }, "run_test", []string{"#run_test", "ABI v1"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -758,5 +755,109 @@ func TestExtismTinyAllocsCharged(t *testing.T) {
 	var n int
 	if _, err := fmt.Sscanf(te.Message, "handler failed (returned %d)", &n); err != nil || n <= 0 || n > (16<<20)/(13+64) {
 		t.Fatalf("blocks %d (%v) from %q", n, err, te.Message)
+	}
+}
+
+// extismFixture loads testdata/wasm/NAME.wasm as an Extism tool entered at
+// #entry.
+func extismFixture(t *testing.T, e *executor.Executor, name, entry string, edit func(m map[string]any)) (*executor.Tool, error) {
+	t.Helper()
+	b, err := os.ReadFile(fixture(t, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loadExtism(t, e, b, entry, "strict", edit)
+}
+
+// A single var_set larger than the whole var store is the store's refusal,
+// as in Extism ("Variable store is full"): handler-error with details.vars
+// "full", not a trap for a block over the copy cap.
+func TestExtismVarSetOverStore(t *testing.T) {
+	e := newExecutor(t)
+	tool, err := extismFixture(t, e, "g04_extism_kernel", "var_too_big", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = callExtism(t, tool, "", executor.CallContext{})
+	te := wantCode(t, err, toolerr.HandlerError)
+	if te.Details["vars"] != "full" || !strings.Contains(te.Message, "variable store is full") {
+		t.Fatalf("%s %v", te.Message, te.Details)
+	}
+}
+
+// A response header sent several times reaches an Extism plug-in's
+// http_headers joined with "," (go-sdk v1.7.1's rule), under a lower-case
+// name.
+func TestExtismRepeatedResponseHeaders(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Add("X-Multi", "a")
+		w.Header().Add("X-Multi", "b c")
+		w.Header().Add("X-Multi", "d")
+		w.Header().Set("X-Single", "one, two")
+		_, _ = w.Write([]byte("ok"))
+	}))
+	defer srv.Close()
+	port := serverPort(t, srv)
+	e := newExecutor(t, loopbackEgress)
+	tool, err := extismFixture(t, e, "g04_extism_kernel", "headers", withNetwork("allowlist", "api.test:"+port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := callExtism(t, tool, `{"url":"http://api.test:`+port+`/"}`, executor.CallContext{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h map[string]string
+	if err := json.Unmarshal(res.Output, &h); err != nil {
+		t.Fatalf("output %s: %v", res.Output, err)
+	}
+	if h["x-multi"] != "a,b c,d" || h["x-single"] != "one, two" {
+		t.Fatalf("headers %v; want x-multi \"a,b c,d\" and x-single \"one, two\"", h)
+	}
+}
+
+// A module that imports nothing from extism:host/env (pure compute, WASI at
+// most) is an Extism plug-in when modulePath names its entry with #NAME:
+// Extism calls any export. Without a suffix (or with #handle) it is read as
+// ABI v1, which finds no entry point in it.
+func TestExtismWASIOnlyPlugin(t *testing.T) {
+	e := newExecutor(t)
+	for _, c := range []struct {
+		entry string
+		code  toolerr.Code // "" for success
+		msg   string
+	}{
+		{"compute", "", ""},
+		{"fail", toolerr.HandlerError, "handler returned 3"},
+		{"unreachable", toolerr.HandlerTrap, "unreachable"},
+	} {
+		tool, err := extismFixture(t, e, "extism_wasi_only", c.entry, nil)
+		if err != nil {
+			t.Fatalf("#%s: %v", c.entry, err)
+		}
+		if tool.Style() != executor.Reactor {
+			t.Fatalf("#%s: style %s", c.entry, tool.Style())
+		}
+		res, err := callExtism(t, tool, "abc", executor.CallContext{})
+		if c.code == "" {
+			if err != nil || string(res.Output) != "null" {
+				t.Fatalf("#%s: %v %+v", c.entry, err, res)
+			}
+			continue
+		}
+		if te := wantCode(t, err, c.code); !strings.Contains(te.Message, c.msg) {
+			t.Fatalf("#%s: %s", c.entry, te.Message)
+		}
+	}
+	for _, entry := range []string{"", "handle"} {
+		_, err := extismFixture(t, e, "extism_wasi_only", entry, nil)
+		if te := wantCode(t, err, toolerr.HandlerShapeInvalid); !strings.Contains(te.Message, "no entry point") {
+			t.Fatalf("entry %q: %s", entry, te.Message)
+		}
+	}
+	// go-sdk's noop.wasm: WASI only, entered at #run_test.
+	tool := mustLoadExtism(t, e, extismPlugin(t, "noop.wasm"), "run_test", "strict", nil)
+	if _, err := callExtism(t, tool, "", executor.CallContext{}); err != nil {
+		t.Fatalf("noop.wasm#run_test: %v", err)
 	}
 }

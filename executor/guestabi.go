@@ -6,6 +6,7 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 
+	"github.com/sandboxd/sandboxd/abi"
 	"github.com/sandboxd/sandboxd/internal/fuel"
 	"github.com/sandboxd/sandboxd/internal/wasmbin"
 	"github.com/sandboxd/sandboxd/limits"
@@ -59,8 +60,11 @@ type initCall struct {
 var abis = []guestABI{abiExtism{}, abiV1{}}
 
 // selectABI returns the ABI whose import module the module uses (nil
-// parsed: the default).
-func selectABI(parsed *wasmbin.Module) guestABI {
+// parsed: the default). A module that imports from none of them (pure
+// compute, WASI at most) is an Extism plug-in when the modulePath names an
+// entry other than ABI v1's handle with #NAME (Extism calls any export; ABI
+// v1 would refuse the suffix), else an ABI v1 handler.
+func selectABI(parsed *wasmbin.Module, entry string) guestABI {
 	if parsed != nil {
 		for _, ga := range abis {
 			for _, im := range parsed.Imports {
@@ -69,6 +73,9 @@ func selectABI(parsed *wasmbin.Module) guestABI {
 				}
 			}
 		}
+	}
+	if parsed != nil && entry != "" && entry != abi.ExportHandle {
+		return abiExtism{}
 	}
 	return abis[len(abis)-1]
 }

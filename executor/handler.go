@@ -81,7 +81,7 @@ func (e *Executor) compileCode(ctx context.Context, t *Tool, mod *artifact.Modul
 	// whose structure cannot be read is refused after compilation, as it
 	// always was (the pass and the compiler name the problem first).
 	parsed, perr := wasmbin.Parse(mod.Bytes)
-	ga := selectABI(parsed) // guestabi.go
+	ga := selectABI(parsed, t.entry) // guestabi.go
 	// wazero lets table.grow allocate host memory up to 2^32 elements; cap
 	// every table so tables alone stay within memMB. The cap is rounded down
 	// to a power of two so that tools sharing a module but not a memMB still
