@@ -164,6 +164,15 @@ func (k *Kernel) page(p uint64) []byte {
 	return pg
 }
 
+// writable allocates the pages of [off, off+n) that were never written
+// (page), so that writing there cannot stop the call: done before a block's
+// records change.
+func (k *Kernel) writable(off, n uint64) {
+	for p := off / Page; p <= (off+n-1)/Page; p++ {
+		k.page(p)
+	}
+}
+
 // Alloc allocates a block of n bytes and returns its data offset, or 0 for
 // n == 0 and when the memory cannot grow (Extism's alloc returns 0 then).
 func (k *Kernel) Alloc(n uint64) uint64 {
@@ -191,10 +200,11 @@ func (k *Kernel) Alloc(n uint64) uint64 {
 func (k *Kernel) record() bool { return k.acct.Reserve(blockHostBytes) }
 
 func (k *Kernel) bump(n uint64) uint64 {
+	h := k.pos + header
+	k.writable(h-header, header)
 	if !k.record() {
 		return 0
 	}
-	h := k.pos + header
 	k.setBlock(h, block{size: n, used: n, active: true})
 	k.pos = h + n
 	return h
@@ -221,13 +231,23 @@ func (k *Kernel) reuse(n uint64) uint64 {
 		if !ok || b.active || b.size < n {
 			continue
 		}
+		split := b.size-n > splitMin+header
+		k.writable(h-header, header)
+		if split {
+			k.writable(h+n, header)
+		}
 		// Remove entry i, shifting the i before it (not the rest).
 		copy(free[1:i+1], free[:i])
 		k.freedHead++
-		if k.freedHead == len(k.freed) {
+		if k.freedHead >= 1024 && k.freedHead >= len(k.freed)/2 {
+			// Drop the taken prefix once it is half the list: amortised, a
+			// copy of at most the entries taken since the last one.
+			n := copy(k.freed, k.freed[k.freedHead:])
+			k.freed, k.freedHead = k.freed[:n], 0
+		} else if k.freedHead == len(k.freed) {
 			k.freed, k.freedHead = k.freed[:0], 0
 		}
-		if rest := b.size - n; rest > splitMin+header && k.record() {
+		if rest := b.size - n; split && k.record() {
 			b.size = n
 			nh := h + n + header
 			k.setBlock(nh, block{size: rest - header})
@@ -451,5 +471,5 @@ func (k *Kernel) NewBlock(b []byte) (h uint64, ok bool) {
 }
 
 func (k *Kernel) String() string {
-	return fmt.Sprintf("kernel{%d pages (%d dirty), pos %d, %d blocks}", len(k.pages), len(k.dirty), k.pos, len(k.blocks))
+	return fmt.Sprintf("kernel{%d pages (%d dirty), pos %d, %d blocks, %d free (list %d)}", len(k.pages), len(k.dirty), k.pos, len(k.blocks), len(k.freed)-k.freedHead, len(k.freed))
 }

@@ -2,6 +2,7 @@ package extism_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -225,5 +226,40 @@ func TestG04KernelChurn(t *testing.T) {
 	k.Reset()
 	if h := k.Alloc(1); h != extism.FirstBlock {
 		t.Fatalf("first block after reset %d", h)
+	}
+}
+
+// The free list does not grow with alloc/free pairs over a long-lived list:
+// the entries reuse took are dropped.
+func TestKernelFreeListBounded(t *testing.T) {
+	k := extism.New(limits.NewAccount(1<<30), nil)
+	var hs []uint64
+	for range 10000 {
+		hs = append(hs, k.Alloc(16))
+	}
+	for _, h := range hs {
+		k.Free(h)
+	}
+	if k.Alloc(k.Size()-(hs[len(hs)-1]+16)-12) == 0 {
+		t.Fatal("filling the last page failed")
+	}
+	size := k.Size()
+	for range 1_000_000 {
+		a, b := k.Alloc(16), k.Alloc(16)
+		if a == 0 || b == 0 {
+			t.Fatal("alloc failed")
+		}
+		k.Free(a)
+		k.Free(b)
+	}
+	if k.Size() != size {
+		t.Fatalf("the memory grew from %d to %d bytes: freed blocks were not reused", size, k.Size())
+	}
+	s := k.String()
+	var list int
+	if i := strings.Index(s, "(list "); i < 0 || !strings.Contains(s, "10000 free") {
+		t.Fatalf("%s: want 10000 free entries", s)
+	} else if _, err := fmt.Sscanf(s[i:], "(list %d)", &list); err != nil || list > 4*10000 {
+		t.Fatalf("%s: the free list holds %d entries for 10000 free blocks (%v)", s, list, err)
 	}
 }
