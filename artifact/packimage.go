@@ -60,6 +60,9 @@ type PackImage struct {
 	// PackImageRoot for PackTar.
 	Root  string
 	files map[string]packEntry
+	// steps is the work building it took (packTree.steps), for the tests
+	// that bound it.
+	steps int64
 }
 
 type packEntry struct {
@@ -96,9 +99,13 @@ func (f packFS) entry(op, name string) (packEntry, error) {
 		return packEntry{}, &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
 	}
 	// An irregular entry above name (app/dist a symbolic link) refuses it:
-	// a runtime unpacking the image would follow it.
+	// a runtime unpacking the image would follow it. A regular file above
+	// it (one layer holding both app/x and app/x/y) leaves nothing there.
 	for dir := path.Dir(name); dir != "."; dir = path.Dir(dir) {
-		if e, ok := f.p.files[dir]; ok && e.kind != "" {
+		if e, ok := f.p.files[dir]; ok {
+			if e.kind == "" {
+				return packEntry{}, &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
+			}
 			return packEntry{}, &fs.PathError{Op: op, Path: name, Err: f.p.irregular(dir, e)}
 		}
 	}
@@ -225,24 +232,29 @@ func (o *OCI) openPackImage(ctx context.Context, r *imageRef) (*PackImage, error
 	}
 	rs, remote := op.src.(*remoteSource)
 	if remote {
-		if p := rs.cache.loadPackMemo(op.art); p != nil {
+		if p := rs.cache.loadPackMemo(ctx, op.art); p != nil {
 			return p, nil
 		}
 	}
-	p := &PackImage{Artifact: op.art, files: map[string]packEntry{}}
+	p := &PackImage{Artifact: op.art}
+	tree := &packTree{}
 	budget := 4 * o.cfg.maxBlob
 	if op.art.Layout == LayoutWasm {
 		p.Layout, p.Root = PackFiles, "."
-		err = o.readFileLayers(ctx, op, p, budget)
+		err = o.readFileLayers(ctx, op, tree, budget)
 	} else {
 		p.Layout, p.Root = PackTar, PackImageRoot
-		err = o.readTarLayers(ctx, op, p, budget)
+		err = o.readTarLayers(ctx, op, tree, budget)
 	}
 	if err != nil {
 		return nil, err
 	}
+	if p.files, err = tree.files(ctx); err != nil {
+		return nil, err
+	}
+	p.steps = tree.steps
 	if remote {
-		rs.cache.storePackMemo(p)
+		rs.cache.storePackMemo(ctx, p)
 	}
 	return p, nil
 }
@@ -270,15 +282,22 @@ func (c *cache) packMemoPath(manifest string) string {
 }
 
 // storePackMemo stores p's files and its memo. It is an optimisation:
-// failures are ignored.
-func (c *cache) storePackMemo(p *PackImage) {
+// failures are ignored, and so is a stop (ctx done) while storing.
+func (c *cache) storePackMemo(ctx context.Context, p *PackImage) {
 	m := packMemo{Layout: p.Layout, Root: p.Root, Files: map[string]packMemoEntry{}}
+	stored := map[string]bool{} // each distinct file once, however many names it has
 	for name, e := range p.files {
+		if ctx.Err() != nil {
+			return
+		}
 		me := packMemoEntry{Kind: e.kind, Layer: e.layer}
 		if e.kind == "" {
 			me.Digest, me.Size = Digest(e.data), int64(len(e.data))
-			if c.putBytes(me.Digest, e.data) != nil {
-				return
+			if !stored[me.Digest] {
+				if c.putBytes(me.Digest, e.data) != nil {
+					return
+				}
+				stored[me.Digest] = true
 			}
 		}
 		m.Files[name] = me
@@ -310,8 +329,8 @@ func (c *cache) storePackMemo(p *PackImage) {
 // loadPackMemo returns the pack image of art from its memo, every file
 // read from the cache and verified; nil when there is none or anything of
 // it is missing, malformed or fails verification (the image is then read
-// from its layers again).
-func (c *cache) loadPackMemo(art Artifact) *PackImage {
+// from its layers again, which sees a stop).
+func (c *cache) loadPackMemo(ctx context.Context, art Artifact) *PackImage {
 	b, err := ReadRegular(c.packMemoPath(art.Digest), MaxManifestSize)
 	if err != nil {
 		return nil
@@ -322,7 +341,7 @@ func (c *cache) loadPackMemo(art Artifact) *PackImage {
 	}
 	p := &PackImage{Artifact: art, Layout: m.Layout, Root: m.Root, files: map[string]packEntry{}}
 	for name, me := range m.Files {
-		if !fs.ValidPath(name) {
+		if !fs.ValidPath(name) || ctx.Err() != nil {
 			return nil
 		}
 		if me.Kind != "" {
@@ -341,7 +360,7 @@ func (c *cache) loadPackMemo(art Artifact) *PackImage {
 	return p
 }
 
-func (o *OCI) readFileLayers(ctx context.Context, op *opened, p *PackImage, budget int64) error {
+func (o *OCI) readFileLayers(ctx context.Context, op *opened, tree *packTree, budget int64) error {
 	var total int64
 	for _, l := range op.doc.Layers {
 		title := l.Annotations[AnnotationTitle]
@@ -352,7 +371,7 @@ func (o *OCI) readFileLayers(ctx context.Context, op *opened, p *PackImage, budg
 			return toolerr.New(toolerr.ArtifactRefused, "%s: %s", op.ref, toolerr.As(err).Message)
 		}
 		name := cleanPath(title)
-		if _, dup := p.files[name]; dup {
+		if _, dup := tree.get(name); dup {
 			return toolerr.New(toolerr.ArtifactRefused, "%s: two layers are titled %q", op.ref, title)
 		}
 		if total += l.Size; total > budget {
@@ -368,7 +387,7 @@ func (o *OCI) readFileLayers(ctx context.Context, op *opened, p *PackImage, budg
 				return toolerr.New(toolerr.ArtifactRefused, "%s: layer %s is %d bytes, over the %d-byte cap", op.ref, l.Digest, l.Size, o.cfg.maxBlob)
 			}
 			st := &packBudget{budget: budget - total, max: o.cfg.maxBlob}
-			if err := o.applyLayer(ctx, op, l, comp, p.files, st, name, true); err != nil {
+			if err := o.applyLayer(ctx, op, l, comp, tree, st, name, true); err != nil {
 				return err
 			}
 			total += st.used
@@ -378,12 +397,12 @@ func (o *OCI) readFileLayers(ctx context.Context, op *opened, p *PackImage, budg
 		if err != nil {
 			return err
 		}
-		p.files[name] = packEntry{data: b, layer: l.Digest}
+		tree.put(name, packEntry{data: b, layer: l.Digest})
 	}
 	return nil
 }
 
-func (o *OCI) readTarLayers(ctx context.Context, op *opened, p *PackImage, budget int64) error {
+func (o *OCI) readTarLayers(ctx context.Context, op *opened, tree *packTree, budget int64) error {
 	st := &packBudget{budget: budget, max: o.cfg.maxBlob}
 	for _, l := range op.doc.Layers {
 		isTar, comp := tarLayer(l.MediaType)
@@ -393,7 +412,7 @@ func (o *OCI) readTarLayers(ctx context.Context, op *opened, p *PackImage, budge
 		if l.Size > o.cfg.maxBlob {
 			return toolerr.New(toolerr.ArtifactRefused, "%s: layer %s is %d bytes, over the %d-byte cap", op.ref, l.Digest, l.Size, o.cfg.maxBlob)
 		}
-		if err := o.applyLayer(ctx, op, l, comp, p.files, st, PackImageRoot, false); err != nil {
+		if err := o.applyLayer(ctx, op, l, comp, tree, st, PackImageRoot, false); err != nil {
 			return err
 		}
 	}
@@ -406,20 +425,42 @@ type packBudget struct {
 }
 
 // applyLayer reads one tar layer to its end (so its digest is verified
-// before anything of it is used) and applies it to files, keeping what is
+// before anything of it is used) and applies it to tree, keeping what is
 // below the directory keep; with only set, an entry elsewhere refuses the
 // layer.
-func (o *OCI) applyLayer(ctx context.Context, op *opened, l descriptor, comp string, files map[string]packEntry, st *packBudget, keep string, only bool) error {
+//
+// The work is linear in the layer's entries and bytes, whatever the
+// layers below hold: a whiteout or opaque marker that cannot reach keep is
+// dropped as it is read, one that can is applied to tree once (a subtree
+// dropped at its parent). The context is checked before every entry and
+// every read of the unpacked stream, and the unpacked bytes are capped
+// (unpackCap: maxUnpacked, and maxLayerRatio times a compressed layer's
+// size), so a stop is honoured and a bomb refused within a bounded amount
+// of work.
+//
+// As the OCI image spec says, .wh.NAME hides NAME and all below it in the
+// lower layers, .wh..wh..opq hides everything the lower layers have in its
+// directory, and neither touches an entry of its own layer. An entry
+// replaces what the lower layers have by its name: a directory replaces a
+// file (what is below a lower directory of that name stays), anything else
+// replaces a directory and all below it.
+func (o *OCI) applyLayer(ctx context.Context, op *opened, l descriptor, comp string, tree *packTree, st *packBudget, keep string, only bool) error {
+	if err := ctx.Err(); err != nil {
+		return toolerr.As(err)
+	}
 	rc, err := op.src.blob(ctx, l.Digest, l.Size, nil)
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
 	// A refusal found while reading may come from a tampered blob: when its
-	// digest is wrong too, that is the error to report.
+	// digest is wrong too, that is the error to report (not worth reading
+	// for once the context is done).
 	fail := func(err error) error {
-		if _, derr := io.Copy(io.Discard, rc); errors.Is(derr, toolerr.ArtifactIntegrityFailed) {
-			return derr
+		if ctx.Err() == nil {
+			if _, derr := io.Copy(io.Discard, rc); errors.Is(derr, toolerr.ArtifactIntegrityFailed) {
+				return derr
+			}
 		}
 		return layerError(ctx, err, l)
 	}
@@ -440,11 +481,18 @@ func (o *OCI) applyLayer(ctx context.Context, op *opened, l descriptor, comp str
 		defer zr.Close()
 		r = zr
 	}
-	lim := &io.LimitedReader{R: r, N: maxUnpacked + 1}
-	tr := tar.NewReader(lim)
+	limit, byRatio := unpackCap(l.Size, comp)
+	lr := &layerReader{ctx: ctx, r: r, max: limit, capErr: func() error {
+		if byRatio {
+			return toolerr.New(toolerr.ArtifactRefused, "%s: layer %s unpacks to more than %d bytes, %d times its %d bytes (the decompression-ratio cap)", op.ref, l.Digest, limit, maxLayerRatio, l.Size)
+		}
+		return toolerr.New(toolerr.ArtifactRefused, "%s: layer %s unpacks to more than %d bytes", op.ref, l.Digest, limit)
+	}}
+	tr := tar.NewReader(lr)
+	// What the layer does, applied once it is verified: deletions from the
+	// lower layers first, then its own entries.
 	var whiteouts, opaque, dirs []string
 	added := map[string]packEntry{}
-	under := keep + "/"
 	for {
 		if err := ctx.Err(); err != nil {
 			return toolerr.As(err)
@@ -456,34 +504,44 @@ func (o *OCI) applyLayer(ctx context.Context, op *opened, l descriptor, comp str
 		if err != nil {
 			return fail(err)
 		}
+		tree.steps++
 		if st.entries++; st.entries > maxPackEntries {
-			return fail(toolerr.New(toolerr.ArtifactRefused, "%s has more than %d tar entries", op.ref, maxPackEntries))
+			return fail(toolerr.New(toolerr.ArtifactRefused, "%s has more than %d tar entries (the entry cap)", op.ref, maxPackEntries))
 		}
 		name, ok := entryName(h.Name)
 		if !ok {
 			return fail(toolerr.New(toolerr.ArtifactRefused, "%s: layer %s has an entry named %q, which leaves the image root", op.ref, l.Digest, h.Name))
 		}
-		if only && name != keep && !strings.HasPrefix(name, under) {
+		if len(name) > maxEntryName {
+			return fail(toolerr.New(toolerr.ArtifactRefused, "%s: layer %s has an entry name of %d bytes, over the %d-byte cap", op.ref, l.Digest, len(name), maxEntryName))
+		}
+		if only && !below(name, keep) {
 			return fail(toolerr.New(toolerr.ArtifactRefused, "%s: layer %s (a directory %s) has an entry named %q, outside that directory", op.ref, l.Digest, keep, h.Name))
 		}
 		if name == "" {
 			continue
 		}
 		if h.Typeflag == tar.TypeDir {
-			dirs = append(dirs, name) // replaces an entry of that name
-			delete(added, name)
+			if below(name, keep) {
+				dirs = append(dirs, name) // replaces an entry of that name
+				delete(added, name)
+			}
 			continue
 		}
 		dir, base := path.Dir(name), path.Base(name)
 		switch {
 		case base == ".wh..wh..opq":
-			opaque = append(opaque, dir)
+			if touches(dir, keep) {
+				opaque = append(opaque, dir)
+			}
 			continue
 		case strings.HasPrefix(base, ".wh."):
-			whiteouts = append(whiteouts, path.Join(dir, strings.TrimPrefix(base, ".wh.")))
+			if w := path.Join(dir, strings.TrimPrefix(base, ".wh.")); touches(w, keep) {
+				whiteouts = append(whiteouts, w)
+			}
 			continue
 		}
-		if name != keep && !strings.HasPrefix(name, under) {
+		if !below(name, keep) {
 			continue // outside /app: not the pack's
 		}
 		switch h.Typeflag {
@@ -492,7 +550,7 @@ func (o *OCI) applyLayer(ctx context.Context, op *opened, l descriptor, comp str
 				return fail(toolerr.New(toolerr.ArtifactRefused, "%s: /%s in layer %s is %d bytes, over the %d-byte cap", op.ref, name, l.Digest, h.Size, st.max))
 			}
 			if st.used += h.Size; st.used > st.budget {
-				return fail(toolerr.New(toolerr.ArtifactRefused, "%s: the files under /%s unpack to more than %d bytes", op.ref, PackImageRoot, st.budget))
+				return fail(toolerr.New(toolerr.ArtifactRefused, "%s: the files under /%s unpack to more than %d bytes", op.ref, keep, st.budget))
 			}
 			b, err := io.ReadAll(io.LimitReader(tr, h.Size))
 			if err != nil {
@@ -503,33 +561,42 @@ func (o *OCI) applyLayer(ctx context.Context, op *opened, l descriptor, comp str
 			added[name] = packEntry{kind: tarKind(h.Typeflag), layer: l.Digest}
 		}
 	}
-	if lim.N <= 0 {
-		return fail(toolerr.New(toolerr.ArtifactRefused, "layer %s unpacks to more than %d bytes", l.Digest, int64(maxUnpacked)))
-	}
 	// Drain what the tar reader left (padding, compression trailer) so the
 	// verifier sees the whole blob; only then are its bytes trusted.
 	if _, err := io.Copy(io.Discard, rc); err != nil {
 		return readError(ctx, err, l.Digest)
 	}
-	// Whiteouts hide what lower layers have; entries of this layer stay.
-	gone := func(name, w string) bool { return name == w || strings.HasPrefix(name, w+"/") }
-	for name := range files {
-		for _, w := range whiteouts {
-			if gone(name, w) {
-				delete(files, name)
-			}
+	var last int64
+	step := func() error { return tree.check(ctx, &last) }
+	for _, w := range whiteouts {
+		tree.remove(w)
+		if err := step(); err != nil {
+			return err
 		}
-		for _, d := range opaque {
-			if d == "." || strings.HasPrefix(name, d+"/") {
-				delete(files, name)
-			}
+	}
+	for _, d := range opaque {
+		tree.clearBelow(d)
+		if err := step(); err != nil {
+			return err
 		}
 	}
 	for _, d := range dirs {
-		delete(files, d)
+		tree.clearEntry(d)
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	for name := range added {
+		tree.clearBelow(name) // a file replaces a lower directory
+		if err := step(); err != nil {
+			return err
+		}
 	}
 	for name, e := range added {
-		files[name] = e
+		tree.put(name, e)
+		if err := step(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
