@@ -7,10 +7,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -369,5 +373,387 @@ func TestPackImageCacheMemo(t *testing.T) {
 	}
 	if b, _ := fs.ReadFile(p.FS(), "app/dist/m.wasm"); string(b) != "module" {
 		t.Fatalf("m.wasm = %q from the memo", b)
+	}
+}
+
+// genLayer is a gzip tar layer of n entries named name(0..n-1), each an
+// empty regular file ("" skips one), built without holding its entries.
+func genLayer(t testing.TB, n int, name func(i int) string) [2]string {
+	t.Helper()
+	var z bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&z, gzip.BestSpeed)
+	tw := tar.NewWriter(zw)
+	for i := range n {
+		nm := name(i)
+		if nm == "" {
+			continue
+		}
+		if err := tw.WriteHeader(&tar.Header{Name: nm, Mode: 0o644, Typeflag: tar.TypeReg, ModTime: time.Unix(0, 0)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tw.Close()
+	zw.Close()
+	return [2]string{z.String(), mediaTypeOCILayerGzip}
+}
+
+// loadCosts opens the image of each size's layers, in turn, three times
+// (so a change of the machine's load falls on both) and returns, per size,
+// the work it took (PackImage.steps), the best time and the files kept.
+func loadCosts(t *testing.T, layers ...[][2]string) (steps []int64, took []time.Duration, files []int) {
+	t.Helper()
+	o := packOCI(t, NewOCIConfig())
+	var refs []string
+	for _, ls := range layers {
+		refs = append(refs, writeImage(t, t.TempDir(), ls...))
+	}
+	steps, took, files = make([]int64, len(refs)), make([]time.Duration, len(refs)), make([]int, len(refs))
+	for round := range 3 {
+		for i, ref := range refs {
+			start := time.Now()
+			p, err := openPack(t, o, ref)
+			d := time.Since(start)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if round == 0 || d < took[i] {
+				took[i] = d
+			}
+			steps[i], files[i] = p.steps, len(p.files)
+		}
+	}
+	return steps, took, files
+}
+
+// packShapes are images whose cost was files × whiteouts (G03) or could be
+// another product: each is built for a size n, with the files it keeps.
+var packShapes = []struct {
+	name   string
+	n      int // the smaller size (the larger is 4n)
+	layers func(t testing.TB, n int) [][2]string
+	files  func(n int) int
+}{
+	{"G03: files in /app, whiteouts at the root", 10000, func(t testing.TB, n int) [][2]string {
+		return [][2]string{
+			genLayer(t, n, func(i int) string { return fmt.Sprintf("app/f/%d", i) }),
+			genLayer(t, n, func(i int) string { return fmt.Sprintf(".wh.w%d", i) }),
+		}
+	}, func(n int) int { return n }},
+	{"whiteouts in /app, half of them hitting", 3000, func(t testing.TB, n int) [][2]string {
+		return [][2]string{
+			genLayer(t, n, func(i int) string { return fmt.Sprintf("app/f/%d", i) }),
+			genLayer(t, n, func(i int) string {
+				if i%2 == 0 {
+					return fmt.Sprintf("app/f/.wh.%d", i)
+				}
+				return fmt.Sprintf("app/f/.wh.x%d", i)
+			}),
+		}
+	}, func(n int) int { return n / 2 }},
+	{"opaque markers x files", 2000, func(t testing.TB, n int) [][2]string {
+		return [][2]string{
+			genLayer(t, n, func(i int) string { return fmt.Sprintf("app/d%d/f", i) }),
+			genLayer(t, 2*n, func(i int) string {
+				if i%2 == 0 {
+					return fmt.Sprintf("app/d%d/.wh..wh..opq", i/2)
+				}
+				return fmt.Sprintf("app/e%d/.wh..wh..opq", i/2) // nothing below: costs the same
+			}),
+			genLayer(t, n, func(i int) string { return fmt.Sprintf("app/d%d/g", i) }),
+		}
+	}, func(n int) int { return n }},
+	{"a deep tree", 500, func(t testing.TB, n int) [][2]string {
+		deep := "app/" + strings.Repeat("d/", 200)
+		return [][2]string{
+			genLayer(t, n, func(i int) string { return fmt.Sprintf("%s%d", deep, i) }),
+			genLayer(t, n, func(i int) string { return fmt.Sprintf("%s.wh.x%d", deep, i) }),
+		}
+	}, func(n int) int { return n }},
+	{"a whiteout of a directory of many files", 2000, func(t testing.TB, n int) [][2]string {
+		return [][2]string{
+			genLayer(t, n, func(i int) string { return fmt.Sprintf("app/big/%d/f", i) }),
+			genLayer(t, n, func(i int) string {
+				if i == 0 {
+					return "app/.wh.big"
+				}
+				return fmt.Sprintf("app/new/%d", i)
+			}),
+		}
+	}, func(n int) int { return n - 1 }},
+	{"many small layers", 100, func(t testing.TB, n int) [][2]string {
+		var ls [][2]string
+		for l := range n {
+			ls = append(ls, genLayer(t, 20, func(i int) string {
+				if i == 0 && l > 1 {
+					return fmt.Sprintf("app/l%d/.wh..wh..opq", l-2)
+				}
+				return fmt.Sprintf("app/l%d/%d", l, i)
+			}))
+		}
+		return ls
+	}, func(n int) int { return 2 * 19 }}, // the top two layers': each layer hides the one two below
+}
+
+// TestG03PackImageWhiteoutsLinear: applying a pack image's layers costs
+// what they hold, not files × whiteouts (G03: 40k files under /app and
+// 40k whiteouts at the root took 30 s, SIGTERM unheard): for each shape,
+// 4× the entries is about 4× the work (counted in tree steps, at most
+// 4.5×) and under 10× the time (quadratic would be 16×), and the files kept
+// are the right ones.
+func TestG03PackImageWhiteoutsLinear(t *testing.T) {
+	for _, sh := range packShapes {
+		t.Run(sh.name, func(t *testing.T) {
+			steps, took, files := loadCosts(t, sh.layers(t, sh.n), sh.layers(t, 4*sh.n))
+			for i, n := range []int{sh.n, 4 * sh.n} {
+				if files[i] != sh.files(n) {
+					t.Fatalf("n=%d: %d files kept, want %d", n, files[i], sh.files(n))
+				}
+			}
+			sr, tr := float64(steps[1])/float64(steps[0]), float64(took[1])/float64(took[0])
+			t.Logf("n=%d: %d steps %s; 4n: %d steps %s; ratio %.2f steps, %.2f time", sh.n, steps[0], took[0], steps[1], took[1], sr, tr)
+			if sr > 4.5 {
+				t.Errorf("4x the entries took %.2fx the steps, want at most 4.5x", sr)
+			}
+			if tr > 10 {
+				t.Errorf("4x the entries took %.2fx the time, want under 10x", tr)
+			}
+		})
+	}
+}
+
+// BenchmarkPackImageWhiteouts: the G03 shape (n files under /app, n
+// whiteouts at the root) at n = 40000.
+func BenchmarkPackImageWhiteouts(b *testing.B) {
+	o, err := NewOCI(NewOCIConfig().WithCacheDir(b.TempDir()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer o.Close()
+	ls := packShapes[0].layers(b, 40000)
+	dir := b.TempDir()
+	blobs := map[string][]byte{}
+	cfg := []byte(`{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}`)
+	doc := manifestDoc{SchemaVersion: 2, MediaType: mediaTypeOCIManifest, Config: &descriptor{MediaType: mediaTypeOCIConfig, Digest: Digest(cfg), Size: int64(len(cfg))}}
+	blobs[Digest(cfg)] = cfg
+	for _, l := range ls {
+		blobs[Digest([]byte(l[0]))] = []byte(l[0])
+		doc.Layers = append(doc.Layers, descriptor{MediaType: l[1], Digest: Digest([]byte(l[0])), Size: int64(len(l[0]))})
+	}
+	m, _ := json.Marshal(doc)
+	if err := writeLayout(dir, "1", blobs, m, mediaTypeOCIManifest); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := o.OpenPackImage(context.Background(), LayoutPrefix+dir+":1"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestPackImageWhiteoutSemantics: the OCI image spec's whiteouts, as the
+// tree applies them: .wh.NAME hides NAME and all below it in lower layers
+// only, .wh..wh..opq hides a directory's lower contents only, entries of
+// the whiteout's own layer survive in either order, and a name is not a
+// prefix (.wh.di does not touch dist).
+func TestPackImageWhiteoutSemantics(t *testing.T) {
+	f := func(name string) tarEntry { return tarEntry{name: name, data: name} }
+	base := layer(t, compGzip, f("app/index.json"), f("app/dist/a.wasm"), f("app/dist/sub/b.wasm"), f("app/di"), f("app/old/x"), f("app/old/deep/y"), f("etc/conf"))
+	for _, tc := range []struct {
+		name   string
+		layers [][2]string
+		want   string
+	}{
+		{"nothing", nil, "app/di app/dist/a.wasm app/dist/sub/b.wasm app/index.json app/old/deep/y app/old/x"},
+		{"a file whiteout", [][2]string{layer(t, compNone, f("app/dist/.wh.a.wasm"))},
+			"app/di app/dist/sub/b.wasm app/index.json app/old/deep/y app/old/x"},
+		{"a directory whiteout takes its subtree, not a name it prefixes", [][2]string{layer(t, compNone, f("app/.wh.di"), f("app/.wh.old"))},
+			"app/dist/a.wasm app/dist/sub/b.wasm app/index.json"},
+		{"the whiteout's own layer survives, in either order", [][2]string{layer(t, compNone, f("app/old/z"), f("app/.wh.old"), f("app/dist/.wh.sub"), f("app/dist/sub/c.wasm"))},
+			"app/di app/dist/a.wasm app/dist/sub/c.wasm app/index.json app/old/z"},
+		{"an opaque directory keeps its own layer's entries and its siblings", [][2]string{layer(t, compNone, f("app/dist/n.wasm"), f("app/dist/.wh..wh..opq"))},
+			"app/di app/dist/n.wasm app/index.json app/old/deep/y app/old/x"},
+		{"an opaque root", [][2]string{layer(t, compNone, f(".wh..wh..opq"), f("app/index.json"))}, "app/index.json"},
+		{"a whiteout of /app", [][2]string{layer(t, compNone, f(".wh.app"), f("app/new"))}, "app/new"},
+		{"whiteouts outside /app", [][2]string{layer(t, compNone, f(".wh.etc"), f(".wh.di"), f("etc/.wh..wh..opq"), f("dist/.wh.a.wasm"))},
+			"app/di app/dist/a.wasm app/dist/sub/b.wasm app/index.json app/old/deep/y app/old/x"},
+		{"a higher layer's whiteout takes a middle layer's file", [][2]string{layer(t, compNone, f("app/m")), layer(t, compNone, f("app/.wh.m"))},
+			"app/di app/dist/a.wasm app/dist/sub/b.wasm app/index.json app/old/deep/y app/old/x"},
+		{"a file replaces a lower directory and all below it", [][2]string{layer(t, compNone, f("app/old"))},
+			"app/di app/dist/a.wasm app/dist/sub/b.wasm app/index.json app/old"},
+		{"a directory replaces a lower file, not what is below a lower directory", [][2]string{layer(t, compNone, tarEntry{name: "app/di/", typ: tar.TypeDir}, tarEntry{name: "app/old/", typ: tar.TypeDir})},
+			"app/dist/a.wasm app/dist/sub/b.wasm app/index.json app/old/deep/y app/old/x"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := openPack(t, packOCI(t, NewOCIConfig()), writeImage(t, t.TempDir(), append([][2]string{base}, tc.layers...)...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Join(p.Files(), " "); got != tc.want {
+				t.Fatalf("files\n %s\nwant\n %s", got, tc.want)
+			}
+			for _, name := range p.Files() {
+				if b, err := fs.ReadFile(p.FS(), name); err != nil || string(b) != name {
+					t.Fatalf("%s = %q, %v", name, b, err)
+				}
+			}
+		})
+	}
+	// One layer holding a file and a file below it: what is below a file
+	// does not exist.
+	p, err := openPack(t, packOCI(t, NewOCIConfig()), writeImage(t, t.TempDir(), layer(t, compNone, f("app/x"), f("app/x/y"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.ReadFile(p.FS(), "app/x/y"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("app/x/y below the file app/x: %v, want fs.ErrNotExist", err)
+	}
+}
+
+// stageCtx is a context that is cancelled at the k-th check made from a
+// function whose name contains stage (a stage of the loader), and records
+// when.
+type stageCtx struct {
+	context.Context
+	stage string
+	k     int
+	mu    sync.Mutex
+	seen  int
+	at    time.Time
+	done  chan struct{}
+}
+
+func newStageCtx(stage string, k int) *stageCtx {
+	return &stageCtx{Context: context.Background(), stage: stage, k: k, done: make(chan struct{})}
+}
+
+func (c *stageCtx) Done() <-chan struct{} { return c.done }
+
+func (c *stageCtx) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.at.IsZero() {
+		return context.Canceled
+	}
+	pc, _, _, _ := runtime.Caller(1)
+	if fn := runtime.FuncForPC(pc); fn != nil && strings.Contains(fn.Name(), c.stage) {
+		if c.seen++; c.seen >= c.k {
+			c.at = time.Now()
+			close(c.done)
+			return context.Canceled
+		}
+	}
+	return nil
+}
+
+func (c *stageCtx) cancelledAt() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.at
+}
+
+// TestPackImageCancelMidApply: a stop is seen at every stage of reading a
+// pack image — the unpacked stream, the tar walk, applying the whiteouts,
+// listing the files — and the loader returns within 1 s of it, cancelled.
+func TestPackImageCancelMidApply(t *testing.T) {
+	n := 40000
+	ref := writeImage(t, t.TempDir(),
+		genLayer(t, n, func(i int) string { return fmt.Sprintf("app/f/%d", i) }),
+		genLayer(t, n, func(i int) string { return fmt.Sprintf("app/f/.wh.%d", i+i%2) }))
+	o := packOCI(t, NewOCIConfig())
+	for _, stage := range []string{"(*layerReader).Read", "(*OCI).applyLayer", "(*packTree).check", "(*packTree).files"} {
+		t.Run(stage, func(t *testing.T) {
+			ctx := newStageCtx(stage, 3)
+			_, err := o.OpenPackImage(ctx, ref)
+			at := ctx.cancelledAt()
+			if at.IsZero() {
+				t.Fatalf("the loader never checked the context in %s (err %v)", stage, err)
+			}
+			after := time.Since(at)
+			if te := toolerr.As(err); te == nil || !errors.Is(err, context.Canceled) {
+				t.Fatalf("got %v, want the cancellation", err)
+			}
+			t.Logf("returned %s after the stop in %s: %v", after, stage, err)
+			if after > time.Second {
+				t.Fatalf("returned %s after the stop, want within 1s", after)
+			}
+		})
+	}
+	t.Run("by the clock", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		stop := time.AfterFunc(20*time.Millisecond, cancel)
+		defer stop.Stop()
+		start := time.Now()
+		_, err := o.OpenPackImage(ctx, ref)
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("got %v after %s, want the cancellation", err, time.Since(start))
+		}
+		if d := time.Since(start); d > time.Second+20*time.Millisecond {
+			t.Fatalf("returned %s after the start, %s after the stop", d, d-20*time.Millisecond)
+		}
+	})
+}
+
+// zeroLayer is a layer of one file name of size zero bytes, compressed
+// with comp, written as it is compressed.
+func zeroLayer(t *testing.T, comp, name string, size int64) [2]string {
+	t.Helper()
+	var z bytes.Buffer
+	var w io.WriteCloser
+	mt := mediaTypeOCILayerGzip
+	switch comp {
+	case compGzip:
+		w, _ = gzip.NewWriterLevel(&z, gzip.BestCompression)
+	case compZstd:
+		w, _ = zstd.NewWriter(&z, zstd.WithEncoderLevel(zstd.SpeedFastest))
+		mt = mediaTypeOCILayerZstd
+	}
+	tw := tar.NewWriter(w)
+	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Typeflag: tar.TypeReg, Size: size, ModTime: time.Unix(0, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.CopyN(tw, zeroReader{}, size); err != nil {
+		t.Fatal(err)
+	}
+	tw.Close()
+	w.Close()
+	return [2]string{z.String(), mt}
+}
+
+type zeroReader struct{}
+
+func (zeroReader) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// TestPackImageBombs: a layer that unpacks to more than 256 times its size
+// (beyond 64 MiB) is refused naming the decompression-ratio cap, after
+// unpacking no more than that, gzip or zstd, in /app or not; one under the
+// floor reads; an entry name over 4096 bytes is refused naming its cap.
+func TestPackImageBombs(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		layer func() [2]string
+		msg   string
+	}{
+		{"gzip, outside /app", func() [2]string { return zeroLayer(t, compGzip, "var/zero", 80<<20) }, "(the decompression-ratio cap)"},
+		{"zstd, in /app", func() [2]string { return zeroLayer(t, compZstd, "app/zero", 200<<20) }, "(the decompression-ratio cap)"},
+		{"zstd, under the floor", func() [2]string { return zeroLayer(t, compZstd, "var/zero", 48<<20) }, ""},
+		{"a long name", func() [2]string {
+			return layer(t, compGzip, tarEntry{name: "app/" + strings.Repeat("d/", 2100) + "f", data: "x"})
+		}, "over the 4096-byte cap"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := tc.layer()
+			start := time.Now()
+			_, err := openPack(t, packOCI(t, NewOCIConfig()), writeImage(t, t.TempDir(), l))
+			t.Logf("%d-byte layer: %v after %s", len(l[0]), err, time.Since(start))
+			if tc.msg == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if te := toolerr.As(err); te == nil || te.Code != toolerr.ArtifactRefused || !strings.Contains(te.Message, tc.msg) {
+				t.Fatalf("got %v, want artifact-refused containing %q", err, tc.msg)
+			}
+		})
 	}
 }
