@@ -63,6 +63,29 @@ type PackImage struct {
 	// steps is the work building it took (packTree.steps), for the tests
 	// that bound it.
 	steps int64
+	// ctx, when set (WithContext), stops reading its files.
+	ctx context.Context
+}
+
+// WithContext returns p reading its files under ctx: once ctx is done,
+// every Open, ReadFile and Stat of its FS, and every Read of a file opened
+// from it, fails with ctx's error (a *toolerr.Error), so a loader reading
+// many files of the image stops with it. p is not changed.
+func (p *PackImage) WithContext(ctx context.Context) *PackImage {
+	q := *p
+	q.ctx = ctx
+	return &q
+}
+
+// stopped is the error of p's context, once it is done.
+func (p *PackImage) stopped() error {
+	if p.ctx == nil {
+		return nil
+	}
+	if err := p.ctx.Err(); err != nil {
+		return toolerr.As(err)
+	}
+	return nil
 }
 
 type packEntry struct {
@@ -95,6 +118,9 @@ func (p *PackImage) FS() fs.FS { return packFS{p} }
 type packFS struct{ p *PackImage }
 
 func (f packFS) entry(op, name string) (packEntry, error) {
+	if err := f.p.stopped(); err != nil {
+		return packEntry{}, &fs.PathError{Op: op, Path: name, Err: err}
+	}
 	if !fs.ValidPath(name) {
 		return packEntry{}, &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
 	}
@@ -135,7 +161,7 @@ func (f packFS) Open(name string) (fs.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &packFile{name: path.Base(name), r: bytes.NewReader(e.data), size: int64(len(e.data))}, nil
+	return &packFile{p: f.p, name: path.Base(name), r: bytes.NewReader(e.data), size: int64(len(e.data))}, nil
 }
 
 func (f packFS) ReadFile(name string) ([]byte, error) {
@@ -155,14 +181,24 @@ func (f packFS) Stat(name string) (fs.FileInfo, error) {
 }
 
 type packFile struct {
+	p    *PackImage
 	name string
 	r    *bytes.Reader
 	size int64
 }
 
 func (f *packFile) Stat() (fs.FileInfo, error) { return packInfo{name: f.name, size: f.size}, nil }
-func (f *packFile) Read(b []byte) (int, error) { return f.r.Read(b) }
-func (f *packFile) Close() error               { return nil }
+func (f *packFile) Read(b []byte) (int, error) {
+	if err := f.p.stopped(); err != nil {
+		return 0, err
+	}
+	return f.r.Read(b[:min(len(b), packReadChunk)])
+}
+func (f *packFile) Close() error { return nil }
+
+// packReadChunk is the most one Read of a pack file copies, so a reader's
+// stop is seen between chunks.
+const packReadChunk = 1 << 20
 
 type packInfo struct {
 	name string

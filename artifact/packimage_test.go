@@ -757,3 +757,40 @@ func TestPackImageBombs(t *testing.T) {
 		})
 	}
 }
+
+// TestPackImageWithContext: the files of a PackImage WithContext fail
+// with the context's error once it is done — Open, ReadFile, Stat and a
+// Read of a file already open — and the image itself reads on.
+func TestPackImageWithContext(t *testing.T) {
+	big := strings.Repeat("m", 3<<20)
+	p, err := openPack(t, packOCI(t, NewOCIConfig()), writeImage(t, t.TempDir(), layer(t, compGzip, tarEntry{name: "app/index.json", data: "{}"}, tarEntry{name: "app/m.wasm", data: big})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	q := p.WithContext(ctx)
+	f, err := q.FS().Open("app/m.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4<<20)
+	if n, err := f.Read(buf); err != nil || n != packReadChunk {
+		t.Fatalf("read %d, %v; want one %d-byte chunk", n, err, packReadChunk)
+	}
+	cancel()
+	if _, err := f.Read(buf); !errors.Is(err, context.Canceled) {
+		t.Fatalf("read after the stop: %v", err)
+	}
+	for op, err := range map[string]error{
+		"open":     func() error { _, err := q.FS().Open("app/index.json"); return err }(),
+		"readFile": func() error { _, err := fs.ReadFile(q.FS(), "app/index.json"); return err }(),
+		"stat":     func() error { _, err := fs.Stat(q.FS(), "app/index.json"); return err }(),
+	} {
+		if te := toolerr.As(err); !errors.Is(err, context.Canceled) || te == nil || te.Code != toolerr.Cancelled {
+			t.Fatalf("%s after the stop: %v, want cancelled", op, err)
+		}
+	}
+	if b, err := fs.ReadFile(p.FS(), "app/m.wasm"); err != nil || len(b) != len(big) {
+		t.Fatalf("the image itself: %d bytes, %v", len(b), err)
+	}
+}

@@ -39,7 +39,9 @@ func (s OCIIndexSource) loadContext(ctx context.Context) (*packSpec, []Problem) 
 		te := toolerr.As(err)
 		return nil, []Problem{{Path: "oci://" + s.Ref, Code: string(te.Code), Message: te.Message}}
 	}
-	is := pack.ImageSource{Image: img, Ref: s.Ref, Pinned: artifact.DigestPinned(s.Ref), ModuleRoot: s.ModuleRoot, BundleMap: s.BundleMap}
+	// The index and its modules are read under ctx too: a stop (SIGTERM,
+	// the end of a reload) fails the reads still to come.
+	is := pack.ImageSource{Image: img.WithContext(ctx), Ref: s.Ref, Pinned: artifact.DigestPinned(s.Ref), ModuleRoot: s.ModuleRoot, BundleMap: s.BundleMap}
 	if s.Verify != nil {
 		is.Verify = func(index []byte) error { return s.Verify(index, &img.Artifact) }
 	}
