@@ -235,12 +235,15 @@ func (i packInfo) Sys() any           { return nil }
 // layers. Refused (artifact-refused): an entry name that is
 // absolute after "/" is stripped or has a ".." element, anywhere in the
 // image; a file over the blob cap (WithMaxBlobSize); files over four
-// times the cap in all; more than 2^20 tar entries; a layer over the cap
-// or of another media type. A symbolic link, hard link, device or FIFO
-// under /app is kept as such and refused when read (see FS). Progress is
-// logged as for Resolve (artifact-resolve with pack true, artifact-download,
-// artifact-failed), and the result as artifact-pack (imageRef, the digest
-// resolved, layout, files).
+// times the cap in all; more than 2^20 tar entries; a compressed layer
+// unpacking to more than 256 times its size (beyond 64 MiB) or any layer
+// past 4 GiB; an entry name over 4096 bytes; a layer over the cap or of
+// another media type. Reading is linear in the layers' entries and bytes
+// (see applyLayer) and stops with ctx at every stage. A symbolic link,
+// hard link, device or FIFO under /app is kept as such and refused when
+// read (see FS). Progress is logged as for Resolve (artifact-resolve with
+// pack true, artifact-download, artifact-failed), and the result as
+// artifact-pack (imageRef, the digest resolved, layout, files).
 func (o *OCI) OpenPackImage(ctx context.Context, imageRef string) (*PackImage, error) {
 	r, err := parseImageRef(imageRef, o.insecure)
 	if err != nil {
