@@ -12,16 +12,16 @@ func HasActiveData(b []byte) bool {
 	if sec == nil {
 		return false
 	}
-	n, err := sec.uleb(32)
+	n, err := sec.ULEB(32)
 	if err != nil {
 		return true
 	}
 	for i := uint64(0); i < n; i++ {
-		flags, err := sec.uleb(32)
+		flags, err := sec.ULEB(32)
 		if err != nil || flags != 1 {
 			return true // 0 and 2 are active; anything else is unreadable
 		}
-		l, err := sec.uleb(32)
+		l, err := sec.ULEB(32)
 		if err != nil || l > uint64(len(sec.b)-sec.off) {
 			return true
 		}

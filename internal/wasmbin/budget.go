@@ -125,9 +125,9 @@ func CheckBudget(b []byte, budget Budget) error {
 }
 
 func scanShapes(b []byte, budget Budget) ([]FuncShape, error) {
-	r := &reader{b: b}
+	r := &Reader{b: b}
 	if len(b) < 8 || string(b[:4]) != "\x00asm" {
-		return nil, r.fail("missing magic")
+		return nil, r.Fail("missing magic")
 	}
 	r.off = 8
 	var (
@@ -136,25 +136,25 @@ func scanShapes(b []byte, budget Budget) ([]FuncShape, error) {
 		imported   uint32
 		shapes     []FuncShape
 		over       *BudgetError
-		nameSec    *reader
+		nameSec    *Reader
 	)
 	for r.off < len(b) {
-		id, err := r.byte()
+		id, err := r.Byte()
 		if err != nil {
 			return nil, err
 		}
-		size, err := r.uleb(32)
+		size, err := r.ULEB(32)
 		if err != nil {
 			return nil, err
 		}
 		if size > uint64(len(b)-r.off) {
-			return nil, r.fail("section past end")
+			return nil, r.Fail("section past end")
 		}
 		end := r.off + int(size)
-		sec := &reader{b: b[:end], off: r.off}
+		sec := &Reader{b: b[:end], off: r.off}
 		switch id {
 		case 0:
-			if n, err := sec.name(); err == nil && n == "name" {
+			if n, err := sec.Name(); err == nil && n == "name" {
 				nameSec = sec
 			}
 		case 1:
@@ -166,7 +166,7 @@ func scanShapes(b []byte, budget Budget) ([]FuncShape, error) {
 				return nil, err
 			}
 		case 3:
-			n, err := sec.uleb(32)
+			n, err := sec.ULEB(32)
 			if err != nil {
 				return nil, err
 			}
@@ -174,11 +174,11 @@ func scanShapes(b []byte, budget Budget) ([]FuncShape, error) {
 				return nil, &BudgetError{Limit: "functions", Value: n, Max: budget.MaxFunctions}
 			}
 			if n > uint64(end-sec.off) {
-				return nil, sec.fail("function count past end")
+				return nil, sec.Fail("function count past end")
 			}
 			funcTypes = make([]uint32, 0, n)
 			for i := uint64(0); i < n; i++ {
-				t, err := sec.uleb(32)
+				t, err := sec.ULEB(32)
 				if err != nil {
 					return nil, err
 				}
@@ -188,25 +188,25 @@ func scanShapes(b []byte, budget Budget) ([]FuncShape, error) {
 			if budget.MaxCodeBytes > 0 && size > budget.MaxCodeBytes {
 				return nil, &BudgetError{Limit: "code bytes", Value: size, Max: budget.MaxCodeBytes}
 			}
-			n, err := sec.uleb(32)
+			n, err := sec.ULEB(32)
 			if err != nil {
 				return nil, err
 			}
 			if n != uint64(len(funcTypes)) {
-				return nil, sec.fail("code and function section counts differ")
+				return nil, sec.Fail("code and function section counts differ")
 			}
 			shapes = make([]FuncShape, 0, n)
 			var totalWeight, totalCarriedSq uint64
 			for i := uint64(0); i < n; i++ {
-				bodySize, err := sec.uleb(32)
+				bodySize, err := sec.ULEB(32)
 				if err != nil {
 					return nil, err
 				}
 				if bodySize > uint64(end-sec.off) {
-					return nil, sec.fail("function body past end")
+					return nil, sec.Fail("function body past end")
 				}
 				bodyEnd := sec.off + int(bodySize)
-				body := &reader{b: b[:bodyEnd], off: sec.off}
+				body := &Reader{b: b[:bodyEnd], off: sec.off}
 				locals, err := countLocals(body)
 				if err != nil {
 					return nil, err
@@ -265,31 +265,31 @@ func (bu Budget) check(s FuncShape) *BudgetError {
 }
 
 // scanTypes returns the parameter count of every function type.
-func scanTypes(r *reader) ([]uint64, error) {
-	n, err := r.uleb(32)
+func scanTypes(r *Reader) ([]uint64, error) {
+	n, err := r.ULEB(32)
 	if err != nil {
 		return nil, err
 	}
 	if n > uint64(len(r.b)-r.off) {
-		return nil, r.fail("type count past end")
+		return nil, r.Fail("type count past end")
 	}
 	out := make([]uint64, 0, n)
 	for i := uint64(0); i < n; i++ {
-		form, err := r.byte()
+		form, err := r.Byte()
 		if err != nil {
 			return nil, err
 		}
 		if form != 0x60 {
-			return nil, r.fail("unsupported type form")
+			return nil, r.Fail("unsupported type form")
 		}
-		params, err := r.uleb(32)
+		params, err := r.ULEB(32)
 		if err != nil {
 			return nil, err
 		}
 		if err := r.skip(params); err != nil {
 			return nil, err
 		}
-		results, err := r.uleb(32)
+		results, err := r.ULEB(32)
 		if err != nil {
 			return nil, err
 		}
@@ -303,15 +303,15 @@ func scanTypes(r *reader) ([]uint64, error) {
 
 // skip skips n value types of one byte each (the MVP and reference-types
 // encodings; typed function references are not enabled in sandboxd).
-func (r *reader) skip(n uint64) error {
+func (r *Reader) skip(n uint64) error {
 	if n > uint64(len(r.b)-r.off) {
-		return r.fail("value types past end")
+		return r.Fail("value types past end")
 	}
 	r.off += int(n)
 	return nil
 }
 
-func countFuncImports(r *reader) (uint32, error) {
+func countFuncImports(r *Reader) (uint32, error) {
 	m := &Module{}
 	if err := parseImports(r, m); err != nil {
 		return 0, err
@@ -326,23 +326,23 @@ func countFuncImports(r *reader) (uint32, error) {
 }
 
 // countLocals reads a body's local declarations and sums their counts.
-func countLocals(r *reader) (uint64, error) {
-	groups, err := r.uleb(32)
+func countLocals(r *Reader) (uint64, error) {
+	groups, err := r.ULEB(32)
 	if err != nil {
 		return 0, err
 	}
 	var total uint64
 	for g := uint64(0); g < groups; g++ {
-		c, err := r.uleb(32)
+		c, err := r.ULEB(32)
 		if err != nil {
 			return 0, err
 		}
-		if _, err := r.byte(); err != nil {
+		if _, err := r.Byte(); err != nil {
 			return 0, err
 		}
 		total += c
 		if total > 1<<33 {
-			return 0, r.fail("too many locals")
+			return 0, r.Fail("too many locals")
 		}
 	}
 	return total, nil
@@ -350,29 +350,29 @@ func countLocals(r *reader) (uint64, error) {
 
 // funcName looks idx up in the name section's function names (subsection
 // 1); "" when absent or unreadable.
-func funcName(r *reader, idx uint32) string {
+func funcName(r *Reader, idx uint32) string {
 	for r.off < len(r.b) {
-		id, err := r.byte()
+		id, err := r.Byte()
 		if err != nil {
 			return ""
 		}
-		size, err := r.uleb(32)
+		size, err := r.ULEB(32)
 		if err != nil || size > uint64(len(r.b)-r.off) {
 			return ""
 		}
 		end := r.off + int(size)
 		if id == 1 {
-			sub := &reader{b: r.b[:end], off: r.off}
-			n, err := sub.uleb(32)
+			sub := &Reader{b: r.b[:end], off: r.off}
+			n, err := sub.ULEB(32)
 			if err != nil {
 				return ""
 			}
 			for i := uint64(0); i < n; i++ {
-				fi, err := sub.uleb(32)
+				fi, err := sub.ULEB(32)
 				if err != nil {
 					return ""
 				}
-				name, err := sub.name()
+				name, err := sub.Name()
 				if err != nil {
 					return ""
 				}
@@ -388,4 +388,94 @@ func funcName(r *reader, idx uint32) string {
 		r.off = end
 	}
 	return ""
+}
+
+// scanBody walks one function body's instructions (r at the first
+// instruction, after the local declarations) with ScanExpr, reading them as
+// wazero does (AsWazero), and fills in the instruction and loop measures of
+// s, in time linear in the body's size.
+func scanBody(r *Reader, s *FuncShape, typeParams []uint64) error {
+	type frame struct {
+		loop                    bool
+		params                  uint64 // values the block type carries in
+		startInstr, startAccess uint64 // counters when the frame opened
+	}
+	var stack []frame
+	var accesses uint64 // local.get/set/tee so far
+	var bad error
+	err := ScanExpr(r, AsWazero, func(op Op, start, end int) {
+		if bad != nil {
+			return
+		}
+		s.Instrs++
+		switch op {
+		case OpBlock, OpLoop, OpIf:
+			params, err := blocktypeParams(NewReader(r.b[:end], start+1), typeParams)
+			if err != nil {
+				bad = err
+				return
+			}
+			stack = append(stack, frame{loop: op == OpLoop, params: params, startInstr: s.Instrs, startAccess: accesses})
+			if op == OpLoop {
+				s.Loops++
+			}
+			s.MaxDepth = max(s.MaxDepth, uint64(len(stack)))
+		case OpEnd:
+			if len(stack) == 0 {
+				return // the function's end
+			}
+			f := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			if f.loop {
+				carried := min(s.Locals, accesses-f.startAccess) + f.params
+				s.Carried = satAdd(s.Carried, carried)
+				s.Weight = satAdd(s.Weight, satMul(carried, s.Instrs-f.startInstr))
+			}
+		case OpOther:
+			if c := r.b[start]; c >= 0x20 && c <= 0x22 { // local.get/set/tee
+				accesses++
+			}
+		}
+	})
+	switch {
+	case bad != nil:
+		return bad
+	case err != nil:
+		return err
+	case r.off != len(r.b):
+		return r.Fail("code after the function's end")
+	}
+	return nil
+}
+
+// blocktypeParams reads the block type of block, loop, if or try_table
+// (which ScanExpr has read already) and returns how many values it takes.
+func blocktypeParams(r *Reader, typeParams []uint64) (uint64, error) {
+	if c := r.b[r.off]; c == 0x40 || IsValtype(c) {
+		return 0, nil
+	}
+	idx, err := r.SLEB(33)
+	if err != nil {
+		return 0, err
+	}
+	if idx < 0 || idx >= int64(len(typeParams)) {
+		return 0, r.Fail("bad block type")
+	}
+	return typeParams[idx], nil
+}
+
+// satAdd and satMul saturate at the largest uint64 instead of wrapping, so a
+// crafted module cannot wrap a measure back under its limit.
+func satAdd(a, b uint64) uint64 {
+	if c := a + b; c >= a {
+		return c
+	}
+	return ^uint64(0)
+}
+
+func satMul(a, b uint64) uint64 {
+	if a != 0 && b > ^uint64(0)/a {
+		return ^uint64(0)
+	}
+	return a * b
 }

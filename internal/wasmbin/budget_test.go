@@ -11,7 +11,7 @@ import (
 // from two others (local_i = local_(i+1)%n + local_(7i)%n). depth 1 is the
 // red team's loopphi shape; depth > 1 is its nested variant.
 func loopPhiModule(n, depth int) []byte {
-	uleb := func(b []byte, v uint64) []byte { return appendULEB(b, v) }
+	uleb := func(b []byte, v uint64) []byte { return AppendULEB(b, v) }
 	section := func(b []byte, id byte, body []byte) []byte {
 		b = append(b, id)
 		b = uleb(b, uint64(len(body)))

@@ -119,30 +119,30 @@ func rewriteData(b []byte, passive bool) ([]byte, bool) {
 	}
 	// Section bodies are written as pieces, so that segment data and the
 	// existing code are copied once, into the result.
-	data := [][]byte{appendULEB(nil, uint64(len(merged)))}
+	data := [][]byte{AppendULEB(nil, uint64(len(merged)))}
 	for _, s := range merged {
 		var h []byte
 		if passive {
 			h = append(h, 1)
 		} else {
 			h = append(h, 0, 0x41)
-			h = appendSLEB(h, int64(s.off))
+			h = AppendSLEB(h, int64(s.off))
 			h = append(h, 0x0b)
 		}
-		data = append(data, appendULEB(h, uint64(len(s.data))), s.data)
+		data = append(data, AppendULEB(h, uint64(len(s.data))), s.data)
 	}
 	repl := map[byte][][]byte{secData: data}
 	if passive {
 		typeIdx := p.types
 		funcIdx := p.funcImport + p.funcs
 		repl[secType] = p.appendEntry(b, secType, p.types, []byte{0x60, 0, 0})
-		repl[secFunction] = p.appendEntry(b, secFunction, p.funcs, appendULEB(nil, typeIdx))
-		exp := appendULEB(nil, uint64(len(DataInitExport)))
+		repl[secFunction] = p.appendEntry(b, secFunction, p.funcs, AppendULEB(nil, typeIdx))
+		exp := AppendULEB(nil, uint64(len(DataInitExport)))
 		exp = append(exp, DataInitExport...)
 		exp = append(exp, byte(KindFunc))
-		exp = appendULEB(exp, funcIdx)
+		exp = AppendULEB(exp, funcIdx)
 		repl[secExport] = p.appendEntry(b, secExport, p.exports, exp)
-		repl[secDataCount] = [][]byte{appendULEB(nil, uint64(len(merged)))}
+		repl[secDataCount] = [][]byte{AppendULEB(nil, uint64(len(merged)))}
 		repl[secCode] = p.appendEntry(b, secCode, p.funcs, initBody(merged))
 	}
 	return p.assemble(b, repl), true
@@ -154,15 +154,15 @@ func readDataPlan(b []byte, passive bool) (*dataPlan, bool) {
 		return nil, false
 	}
 	p := &dataPlan{}
-	r := &reader{b: b, off: 8}
+	r := &Reader{b: b, off: 8}
 	lastRank := 0
 	for r.off < len(b) {
 		start := r.off
-		id, err := r.byte()
+		id, err := r.Byte()
 		if err != nil {
 			return nil, false
 		}
-		size, err := r.uleb(32)
+		size, err := r.ULEB(32)
 		if err != nil || size > uint64(len(b)-r.off) {
 			return nil, false
 		}
@@ -194,12 +194,12 @@ func readDataPlan(b []byte, passive bool) (*dataPlan, bool) {
 }
 
 // body returns a reader over the body of section id (nil if absent).
-func (p *dataPlan) body(b []byte, id byte) *reader {
+func (p *dataPlan) body(b []byte, id byte) *Reader {
 	if p.have[id] == 0 {
 		return nil
 	}
 	s := p.secs[p.have[id]-1]
-	return &reader{b: b[:s.end], off: s.body}
+	return &Reader{b: b[:s.end], off: s.body}
 }
 
 // readModule checks imports, memory, functions and exports, and returns the
@@ -223,15 +223,15 @@ func (p *dataPlan) readModule(b []byte, passive bool) (uint64, bool) {
 	if r == nil {
 		return 0, false
 	}
-	if n, err := r.uleb(32); err != nil || n != 1 {
+	if n, err := r.ULEB(32); err != nil || n != 1 {
 		return 0, false
 	}
-	flag, err := r.byte()
+	flag, err := r.Byte()
 	if err != nil || flag > 1 { // shared and 64-bit memories are left alone
 		return 0, false
 	}
 	r.off--
-	lim, err := r.limits()
+	lim, err := r.Limits()
 	if err != nil || lim.Min > 65536 || r.off != len(r.b) {
 		return 0, false
 	}
@@ -253,20 +253,20 @@ func (p *dataPlan) readModule(b []byte, passive bool) (uint64, bool) {
 		return 0, false
 	}
 	if r := p.body(b, secExport); r != nil {
-		n, err := r.uleb(32)
+		n, err := r.ULEB(32)
 		if err != nil {
 			return 0, false
 		}
 		p.exports = n
 		for i := uint64(0); i < n; i++ {
-			name, err := r.name()
+			name, err := r.Name()
 			if err != nil || name == DataInitExport {
 				return 0, false
 			}
-			if _, err := r.byte(); err != nil {
+			if _, err := r.Byte(); err != nil {
 				return 0, false
 			}
-			if _, err := r.uleb(32); err != nil {
+			if _, err := r.ULEB(32); err != nil {
 				return 0, false
 			}
 		}
@@ -279,11 +279,11 @@ func (p *dataPlan) readModule(b []byte, passive bool) (uint64, bool) {
 
 // count reads the entry count at the start of a vector section; an absent
 // section has none.
-func count(r *reader) (uint64, bool) {
+func count(r *Reader) (uint64, bool) {
 	if r == nil {
 		return 0, true
 	}
-	n, err := r.uleb(32)
+	n, err := r.ULEB(32)
 	return n, err == nil
 }
 
@@ -292,37 +292,37 @@ func count(r *reader) (uint64, bool) {
 // sorted by offset and holds no empty segment.
 func (p *dataPlan) readSegments(b []byte, memBytes uint64) ([]segment, bool) {
 	r := p.body(b, secData)
-	n, err := r.uleb(32)
+	n, err := r.ULEB(32)
 	if err != nil || n == 0 {
 		return nil, false
 	}
 	// Each segment takes at least 4 bytes: never allocate for more.
 	segs := make([]segment, 0, min(n, uint64(len(r.b)-r.off)/4))
 	for i := uint64(0); i < n; i++ {
-		flag, err := r.uleb(32)
+		flag, err := r.ULEB(32)
 		if err != nil {
 			return nil, false
 		}
 		switch flag {
 		case 0:
 		case 2:
-			if mem, err := r.uleb(32); err != nil || mem != 0 {
+			if mem, err := r.ULEB(32); err != nil || mem != 0 {
 				return nil, false
 			}
 		default: // passive (1) or unknown
 			return nil, false
 		}
-		if op, err := r.byte(); err != nil || op != 0x41 { // i32.const
+		if op, err := r.Byte(); err != nil || op != 0x41 { // i32.const
 			return nil, false
 		}
-		off, err := r.sleb33()
+		off, err := r.SLEB(32)
 		if err != nil || off < 0 || off > math.MaxInt32 {
 			return nil, false
 		}
-		if end, err := r.byte(); err != nil || end != 0x0b {
+		if end, err := r.Byte(); err != nil || end != 0x0b {
 			return nil, false
 		}
-		size, err := r.uleb(32)
+		size, err := r.ULEB(32)
 		if err != nil || size > uint64(len(r.b)-r.off) {
 			return nil, false
 		}
@@ -400,16 +400,16 @@ func initBody(segs []segment) []byte {
 	body := []byte{0} // no locals
 	for k, s := range segs {
 		body = append(body, 0x41)
-		body = appendSLEB(body, int64(int32(uint32(s.off))))
+		body = AppendSLEB(body, int64(int32(uint32(s.off))))
 		body = append(body, 0x41, 0, 0x41)
-		body = appendSLEB(body, int64(int32(uint32(len(s.data)))))
+		body = AppendSLEB(body, int64(int32(uint32(len(s.data)))))
 		body = append(body, 0xfc, 8)
-		body = appendULEB(body, uint64(k))
+		body = AppendULEB(body, uint64(k))
 		body = append(body, 0, 0xfc, 9)
-		body = appendULEB(body, uint64(k))
+		body = AppendULEB(body, uint64(k))
 	}
 	body = append(body, 0x0b)
-	return append(appendULEB(nil, uint64(len(body))), body...)
+	return append(AppendULEB(nil, uint64(len(body))), body...)
 }
 
 // appendEntry returns the body of vector section id with entry appended
@@ -418,10 +418,10 @@ func initBody(segs []segment) []byte {
 func (p *dataPlan) appendEntry(b []byte, id byte, n uint64, entry []byte) [][]byte {
 	var rest []byte
 	if r := p.body(b, id); r != nil {
-		_, _ = r.uleb(32) // read by readModule already
+		_, _ = r.ULEB(32) // read by readModule already
 		rest = r.b[r.off:]
 	}
-	return [][]byte{appendULEB(nil, n+1), rest, entry}
+	return [][]byte{AppendULEB(nil, n+1), rest, entry}
 }
 
 // assemble writes b with the bodies of the sections in repl (as pieces)
@@ -446,7 +446,7 @@ func (p *dataPlan) assemble(b []byte, repl map[byte][][]byte) []byte {
 			n += len(piece)
 		}
 		out = append(out, id)
-		out = appendULEB(out, uint64(n))
+		out = AppendULEB(out, uint64(n))
 		for _, piece := range body {
 			out = append(out, piece...)
 		}
@@ -479,17 +479,6 @@ func (p *dataPlan) assemble(b []byte, repl map[byte][][]byte) []byte {
 	return out
 }
 
-func appendSLEB(b []byte, v int64) []byte {
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
-			return append(b, c)
-		}
-		b = append(b, c|0x80)
-	}
-}
-
 // ExportsFunction reports whether b exports a function named name (false
 // when b cannot be read).
 func ExportsFunction(b []byte, name string) bool {
@@ -497,20 +486,20 @@ func ExportsFunction(b []byte, name string) bool {
 	if err != nil || sec == nil {
 		return false
 	}
-	n, err := sec.uleb(32)
+	n, err := sec.ULEB(32)
 	if err != nil {
 		return false
 	}
 	for i := uint64(0); i < n; i++ {
-		s, err := sec.name()
+		s, err := sec.Name()
 		if err != nil {
 			return false
 		}
-		kind, err := sec.byte()
+		kind, err := sec.Byte()
 		if err != nil {
 			return false
 		}
-		if _, err := sec.uleb(32); err != nil {
+		if _, err := sec.ULEB(32); err != nil {
 			return false
 		}
 		if s == name && ExternKind(kind) == KindFunc {
@@ -522,27 +511,27 @@ func ExportsFunction(b []byte, name string) bool {
 
 // findSection returns a reader over the body of b's first section with id,
 // or nil when b has none; an error when b cannot be read that far.
-func findSection(b []byte, id byte) (*reader, error) {
-	r := &reader{b: b}
+func findSection(b []byte, id byte) (*Reader, error) {
+	r := &Reader{b: b}
 	if len(b) < 8 || string(b[:4]) != "\x00asm" {
-		return nil, r.fail("missing magic")
+		return nil, r.Fail("missing magic")
 	}
 	r.off = 8
 	for r.off < len(b) {
-		sid, err := r.byte()
+		sid, err := r.Byte()
 		if err != nil {
 			return nil, err
 		}
-		size, err := r.uleb(32)
+		size, err := r.ULEB(32)
 		if err != nil {
 			return nil, err
 		}
 		if size > uint64(len(b)-r.off) {
-			return nil, r.fail("section past end")
+			return nil, r.Fail("section past end")
 		}
 		end := r.off + int(size)
 		if sid == id {
-			return &reader{b: b[:end], off: r.off}, nil
+			return &Reader{b: b[:end], off: r.off}, nil
 		}
 		r.off = end
 	}

@@ -19,22 +19,22 @@ import (
 // Hand-built modules. sec encodes a section, vec a vector of entries.
 func sec(id byte, body ...[]byte) []byte {
 	b := bytes.Join(body, nil)
-	return append(append([]byte{id}, appendULEB(nil, uint64(len(b)))...), b...)
+	return append(append([]byte{id}, AppendULEB(nil, uint64(len(b)))...), b...)
 }
 
 func vec(entries ...[]byte) []byte {
-	return append(appendULEB(nil, uint64(len(entries))), bytes.Join(entries, nil)...)
+	return append(AppendULEB(nil, uint64(len(entries))), bytes.Join(entries, nil)...)
 }
 
 func module(sections ...[]byte) []byte {
 	return append([]byte("\x00asm\x01\x00\x00\x00"), bytes.Join(sections, nil)...)
 }
 
-func str(s string) []byte { return append(appendULEB(nil, uint64(len(s))), s...) }
+func str(s string) []byte { return append(AppendULEB(nil, uint64(len(s))), s...) }
 
 // active is an active segment of memory 0 at i32.const off.
 func active(off int64, data string) []byte {
-	b := append([]byte{0, 0x41}, appendSLEB(nil, off)...)
+	b := append([]byte{0, 0x41}, AppendSLEB(nil, off)...)
 	return append(append(b, 0x0b), str(data)...)
 }
 
@@ -157,7 +157,7 @@ func TestMergeDataFillBounded(t *testing.T) {
 	for i := range n {
 		segs = append(segs, active(int64(i*(MaxDataGap+1)), "x"))
 	}
-	b := module(sec(secMemory, vec(appendULEB([]byte{0}, 200))), sec(secData, vec(segs...)))
+	b := module(sec(secMemory, vec(AppendULEB([]byte{0}, 200))), sec(secData, vec(segs...)))
 	out := MergeData(b)
 	if len(out) > len(b)+n+maxFillSlack+MaxDataGap {
 		t.Fatalf("merged module is %d bytes (from %d)", len(out), len(b))
@@ -259,15 +259,15 @@ func dataFixtures(t *testing.T) map[string][]byte {
 // dataCount returns the number of data segments of b.
 func dataCount(t testing.TB, b []byte) uint64 {
 	t.Helper()
-	r := &reader{b: b, off: 8}
+	r := &Reader{b: b, off: 8}
 	for r.off < len(b) {
-		id, _ := r.byte()
-		size, err := r.uleb(32)
+		id, _ := r.Byte()
+		size, err := r.ULEB(32)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if id == secData {
-			n, _ := r.uleb(32)
+			n, _ := r.ULEB(32)
 			return n
 		}
 		r.off += int(size)
@@ -280,11 +280,11 @@ func dataCount(t testing.TB, b []byte) uint64 {
 func sameCustomSections(a, b []byte) bool {
 	customs := func(m []byte) [][]byte {
 		var out [][]byte
-		r := &reader{b: m, off: 8}
+		r := &Reader{b: m, off: 8}
 		for r.off < len(m) {
 			start := r.off
-			id, _ := r.byte()
-			size, err := r.uleb(32)
+			id, _ := r.Byte()
+			size, err := r.ULEB(32)
 			if err != nil || size > uint64(len(m)-r.off) {
 				return nil
 			}

@@ -1,15 +1,18 @@
-// Package wasmbin reads the parts of a WebAssembly binary that sandboxd checks
-// before it instantiates a module and that wazero's public API does not
-// expose: every import (including tables and globals) and table limits.
+// Package wasmbin is sandboxd's one reader of WebAssembly binaries, read as
+// wazero v1.12 reads them: LEB128 integers, names, value types and limits
+// (Reader), and instruction streams (ScanExpr), which internal/fuel reads
+// too before it rewrites them. On top of it, it reads the parts of a
+// binary that sandboxd checks before it instantiates a module and that
+// wazero's public API does not expose (every import, including tables and
+// globals, and table limits: Parse), bounds what compiling a module may
+// cost (CheckBudget), caps tables (LimitTables) and rewrites data segments
+// (MergeData, PassiveData).
 //
-// It is a reader of module structure only, not a validator: callers compile
-// the module with wazero first. It never panics on malformed input.
+// It is a reader, not a validator: what it accepts is for wazero to
+// validate. It never panics on malformed input.
 package wasmbin
 
-import (
-	"errors"
-	"fmt"
-)
+import "fmt"
 
 // ExternKind is the kind of an import or export.
 type ExternKind byte
@@ -59,94 +62,27 @@ type Module struct {
 	Tables  []Limits // defined tables (imported ones are in Imports)
 }
 
-// ErrMalformed is wrapped by every error Parse returns.
-var ErrMalformed = errors.New("malformed wasm binary")
-
-type reader struct {
-	b   []byte
-	off int
-}
-
-func (r *reader) fail(what string) error {
-	return fmt.Errorf("%w: %s at offset %d", ErrMalformed, what, r.off)
-}
-
-func (r *reader) byte() (byte, error) {
-	if r.off >= len(r.b) {
-		return 0, r.fail("unexpected end")
-	}
-	c := r.b[r.off]
-	r.off++
-	return c, nil
-}
-
-func (r *reader) uleb(maxBits int) (uint64, error) {
-	var v uint64
-	for shift := 0; shift < maxBits+7; shift += 7 {
-		c, err := r.byte()
-		if err != nil {
-			return 0, err
-		}
-		v |= uint64(c&0x7f) << shift
-		if c&0x80 == 0 {
-			return v, nil
-		}
-	}
-	return 0, r.fail("LEB128 too long")
-}
-
-func (r *reader) name() (string, error) {
-	n, err := r.uleb(32)
-	if err != nil {
-		return "", err
-	}
-	if n > uint64(len(r.b)-r.off) {
-		return "", r.fail("name past end")
-	}
-	s := string(r.b[r.off : r.off+int(n)])
-	r.off += int(n)
-	return s, nil
-}
-
-func (r *reader) limits() (Limits, error) {
-	flag, err := r.byte()
-	if err != nil {
-		return Limits{}, err
-	}
-	var l Limits
-	if l.Min, err = r.uleb(64); err != nil {
-		return l, err
-	}
-	if flag&1 != 0 {
-		l.HasMax = true
-		if l.Max, err = r.uleb(64); err != nil {
-			return l, err
-		}
-	}
-	return l, nil
-}
-
 // Parse reads the import and table sections of a module binary.
 func Parse(b []byte) (*Module, error) {
-	r := &reader{b: b}
+	r := &Reader{b: b}
 	if len(b) < 8 || string(b[:4]) != "\x00asm" {
-		return nil, r.fail("missing magic")
+		return nil, r.Fail("missing magic")
 	}
 	r.off = 8
 	m := &Module{}
 	for r.off < len(b) {
-		id, err := r.byte()
+		id, err := r.Byte()
 		if err != nil {
 			return nil, err
 		}
-		size, err := r.uleb(32)
+		size, err := r.ULEB(32)
 		if err != nil {
 			return nil, err
 		}
 		if size > uint64(len(b)-r.off) {
-			return nil, r.fail("section past end")
+			return nil, r.Fail("section past end")
 		}
-		sec := &reader{b: b[:r.off+int(size)], off: r.off}
+		sec := &Reader{b: b[:r.off+int(size)], off: r.off}
 		switch id {
 		case 2:
 			if err := parseImports(sec, m); err != nil {
@@ -162,80 +98,80 @@ func Parse(b []byte) (*Module, error) {
 	return m, nil
 }
 
-func parseImports(r *reader, m *Module) error {
-	n, err := r.uleb(32)
+func parseImports(r *Reader, m *Module) error {
+	n, err := r.ULEB(32)
 	if err != nil {
 		return err
 	}
 	for i := uint64(0); i < n; i++ {
 		var im Import
-		if im.Module, err = r.name(); err != nil {
+		if im.Module, err = r.Name(); err != nil {
 			return err
 		}
-		if im.Name, err = r.name(); err != nil {
+		if im.Name, err = r.Name(); err != nil {
 			return err
 		}
-		k, err := r.byte()
+		k, err := r.Byte()
 		if err != nil {
 			return err
 		}
 		im.Kind = ExternKind(k)
 		switch im.Kind {
 		case KindFunc:
-			_, err = r.uleb(32)
+			_, err = r.ULEB(32)
 		case KindTable:
-			if _, err = r.byte(); err != nil { // reftype
+			if _, err = r.Byte(); err != nil { // reftype
 				return err
 			}
 			var l Limits
-			l, err = r.limits()
+			l, err = r.Limits()
 			im.Table = &l
 		case KindMemory:
-			_, err = r.limits()
+			_, err = r.Limits()
 		case KindGlobal:
-			if _, err = r.byte(); err == nil {
-				_, err = r.byte()
+			if _, err = r.Byte(); err == nil {
+				_, err = r.Byte()
 			}
 		case KindTag:
-			if _, err = r.byte(); err == nil {
-				_, err = r.uleb(32)
+			if _, err = r.Byte(); err == nil {
+				_, err = r.ULEB(32)
 			}
 		default:
-			return r.fail("unknown import kind")
+			return r.Fail("unknown import kind")
 		}
 		if err != nil {
 			return err
 		}
 		m.Imports = append(m.Imports, im)
 		if len(m.Imports) > 100000 {
-			return r.fail("too many imports")
+			return r.Fail("too many imports")
 		}
 	}
 	return nil
 }
 
-func parseTables(r *reader, m *Module) error {
-	n, err := r.uleb(32)
+func parseTables(r *Reader, m *Module) error {
+	n, err := r.ULEB(32)
 	if err != nil {
 		return err
 	}
 	for i := uint64(0); i < n; i++ {
 		if len(m.Tables) > 100000 {
-			return r.fail("too many tables")
+			return r.Fail("too many tables")
 		}
-		first, err := r.byte()
+		first, err := r.Byte()
 		if err != nil {
 			return err
 		}
 		if first == 0x40 { // table with an initialiser expression (function-references)
-			if _, err := r.byte(); err != nil {
+			if _, err := r.Byte(); err != nil {
 				return err
 			}
-			if _, err = r.byte(); err != nil { // reftype
+			if _, err = r.Byte(); err != nil { // reftype
 				return err
 			}
 		}
-		l, err := r.limits()
+		l, err := r.Limits()
 		if err != nil {
 			return err
 		}
@@ -253,23 +189,23 @@ func parseTables(r *reader, m *Module) error {
 // exceeds maxElems are left alone for the caller's own check. b is returned
 // unchanged when no table needs a new maximum.
 func LimitTables(b []byte, maxElems uint64) ([]byte, error) {
-	r := &reader{b: b}
+	r := &Reader{b: b}
 	if len(b) < 8 || string(b[:4]) != "\x00asm" {
-		return nil, r.fail("missing magic")
+		return nil, r.Fail("missing magic")
 	}
 	r.off = 8
 	for r.off < len(b) {
 		secStart := r.off
-		id, err := r.byte()
+		id, err := r.Byte()
 		if err != nil {
 			return nil, err
 		}
-		size, err := r.uleb(32)
+		size, err := r.ULEB(32)
 		if err != nil {
 			return nil, err
 		}
 		if size > uint64(len(b)-r.off) {
-			return nil, r.fail("section past end")
+			return nil, r.Fail("section past end")
 		}
 		body := r.off
 		end := r.off + int(size)
@@ -277,31 +213,31 @@ func LimitTables(b []byte, maxElems uint64) ([]byte, error) {
 			r.off = end
 			continue
 		}
-		sec := &reader{b: b[:end], off: body}
-		n, err := sec.uleb(32)
+		sec := &Reader{b: b[:end], off: body}
+		n, err := sec.ULEB(32)
 		if err != nil {
 			return nil, err
 		}
-		out := appendULEB(nil, n)
+		out := AppendULEB(nil, n)
 		changed := false
 		for i := uint64(0); i < n; i++ {
-			rt, err := sec.byte()
+			rt, err := sec.Byte()
 			if err != nil {
 				return nil, err
 			}
 			if rt == 0x40 {
-				return nil, sec.fail("tables with initialiser expressions are not supported")
+				return nil, sec.Fail("tables with initialiser expressions are not supported")
 			}
 			flagAt := sec.off
-			flag, err := sec.byte()
+			flag, err := sec.Byte()
 			if err != nil {
 				return nil, err
 			}
 			if flag > 1 {
-				return nil, sec.fail("unsupported table limits flag")
+				return nil, sec.Fail("unsupported table limits flag")
 			}
 			sec.off = flagAt
-			l, err := sec.limits()
+			l, err := sec.Limits()
 			if err != nil {
 				return nil, err
 			}
@@ -312,15 +248,15 @@ func LimitTables(b []byte, maxElems uint64) ([]byte, error) {
 			out = append(out, rt)
 			if l.HasMax {
 				out = append(out, 1)
-				out = appendULEB(out, l.Min)
-				out = appendULEB(out, l.Max)
+				out = AppendULEB(out, l.Min)
+				out = AppendULEB(out, l.Max)
 			} else {
 				out = append(out, 0)
-				out = appendULEB(out, l.Min)
+				out = AppendULEB(out, l.Min)
 			}
 		}
 		if sec.off != end {
-			return nil, sec.fail("trailing bytes in table section")
+			return nil, sec.Fail("trailing bytes in table section")
 		}
 		if !changed {
 			return b, nil
@@ -328,22 +264,10 @@ func LimitTables(b []byte, maxElems uint64) ([]byte, error) {
 		nb := make([]byte, 0, len(b)+16)
 		nb = append(nb, b[:secStart]...)
 		nb = append(nb, 4)
-		nb = appendULEB(nb, uint64(len(out)))
+		nb = AppendULEB(nb, uint64(len(out)))
 		nb = append(nb, out...)
 		nb = append(nb, b[end:]...)
 		return nb, nil
 	}
 	return b, nil
-}
-
-func appendULEB(b []byte, v uint64) []byte {
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if v != 0 {
-			b = append(b, c|0x80)
-			continue
-		}
-		return append(b, c)
-	}
 }
