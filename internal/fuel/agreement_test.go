@@ -14,6 +14,7 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 
+	"github.com/sandboxd/sandboxd/internal/wasmbin"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
 
@@ -22,6 +23,8 @@ import (
 // binaryen corpus, fresh `wasm-opt -ttf` modules, and fuzz inputs — the
 // instrumented module must
 //
+//   - like the input, be read by wasmbin's scanner as wazero reads it
+//     (checkScansAsWazero);
 //   - compile in wazero (checkAgreementStatic), and re-scanning it must find
 //     the pass's check at every function entry and every loop header, and
 //     a charge in every loop of the pass's helpers;
@@ -38,6 +41,7 @@ const oracleBudget = 300_000
 // as handler-shape-invalid) or its tables are too large to run.
 func checkAgreement(t testing.TB, bin []byte) bool {
 	t.Helper()
+	checkScansAsWazero(t, "input", bin)
 	out, st, err := Instrument(bin)
 	if err != nil {
 		if !errors.Is(err, toolerr.HandlerShapeInvalid) {
@@ -65,6 +69,7 @@ func checkAgreementStatic(t testing.TB, out []byte, st *Stats) {
 		_, err := r.CompileModule(ctx, out)
 		t.Fatalf("wazero accepts the input but not the output: %v", err)
 	}
+	checkScansAsWazero(t, "output", out)
 	m, err := Decode(out)
 	if err != nil {
 		t.Fatalf("the output does not decode: %v", err)
@@ -85,34 +90,46 @@ func checkAgreementStatic(t testing.TB, out []byte, st *Stats) {
 	}
 }
 
+// checkScansAsWazero: the shared scanner reading as wazero does
+// (wasmbin.AsWazero, the compile budget's reading through wasmbin.Shapes)
+// reads every function of a module wazero compiles. The pass's own reading
+// (wasmbin.Refuse) is checked by Instrument on the input and by checkLoops
+// on the output.
+func checkScansAsWazero(t testing.TB, what string, bin []byte) {
+	t.Helper()
+	if _, err := wasmbin.Shapes(bin); err != nil {
+		t.Fatalf("wazero compiles the %s but wasmbin.Shapes (AsWazero) cannot read it: %v", what, err)
+	}
+}
+
 // checkLoops re-scans an instrumented body: a check (the counter's
 // decrement, from the local or the global) right at the entry and after
 // every loop header; in a helper, a call of refill inside every loop.
 func checkLoops(expr []byte, st *Stats, helper bool) error {
 	isCheck := func(at int) bool {
-		r := &reader{b: expr, off: at}
-		op, err := r.byte()
+		r := wasmbin.NewReader(expr, at)
+		op, err := r.Byte()
 		if err != nil {
 			return false
 		}
-		idx, err := r.u32()
+		idx, err := r.U32()
 		if err != nil {
 			return false
 		}
-		if c, err := r.byte(); err != nil || c != 0x42 { // i64.const C
+		if c, err := r.Byte(); err != nil || c != 0x42 { // i64.const C
 			return false
 		}
-		if _, err := r.sleb(64); err != nil {
+		if _, err := r.SLEB(64); err != nil {
 			return false
 		}
-		if c, err := r.byte(); err != nil || c != 0x7d { // i64.sub
+		if c, err := r.Byte(); err != nil || c != 0x7d { // i64.sub
 			return false
 		}
-		next, err := r.byte()
+		next, err := r.Byte()
 		if err != nil {
 			return false
 		}
-		idx2, err := r.u32()
+		idx2, err := r.U32()
 		switch {
 		case err != nil:
 			return false
@@ -126,14 +143,14 @@ func checkLoops(expr []byte, st *Stats, helper bool) error {
 	// A function keeping its count in a local loads it first:
 	// global.get $fuel; global.get $limit; i64.sub; local.set $d.
 	entry := 0
-	if r := (&reader{b: expr}); len(expr) > 0 && expr[0] == 0x23 {
-		r.off = 1
-		if g, err := r.u32(); err == nil && g == st.FuelGlobal && r.off < len(expr) && expr[r.off] == 0x23 {
-			r.off++
-			if g, err := r.u32(); err == nil && g == st.LimitGlobal && r.off+1 < len(expr) && expr[r.off] == 0x7d && expr[r.off+1] == 0x21 {
-				r.off += 2
-				if _, err := r.u32(); err == nil {
-					entry = r.off
+	if r := wasmbin.NewReader(expr, 0); len(expr) > 0 && expr[0] == 0x23 {
+		r.SetOffset(1)
+		if g, err := r.U32(); err == nil && g == st.FuelGlobal && r.Offset() < len(expr) && expr[r.Offset()] == 0x23 {
+			r.SetOffset(r.Offset() + 1)
+			if g, err := r.U32(); err == nil && g == st.LimitGlobal && r.Offset()+1 < len(expr) && expr[r.Offset()] == 0x7d && expr[r.Offset()+1] == 0x21 {
+				r.SetOffset(r.Offset() + 2)
+				if _, err := r.U32(); err == nil {
+					entry = r.Offset()
 				}
 			}
 		}
@@ -147,12 +164,12 @@ func checkLoops(expr []byte, st *Stats, helper bool) error {
 	}
 	stack := []frame{{}}
 	var bad error
-	err := scanExpr(&reader{b: expr}, func(k opKind, start, end int) {
+	err := wasmbin.ScanExpr(wasmbin.NewReader(expr, 0), wasmbin.Refuse, func(k wasmbin.Op, start, end int) {
 		if bad != nil {
 			return
 		}
 		switch k {
-		case opLoop:
+		case wasmbin.OpLoop:
 			// The outer loop of a versioned loop (see appendLoopOpen)
 			// begins with block, then the loop itself, whose header this
 			// scan reaches next and which must have the check: every
@@ -162,16 +179,16 @@ func checkLoops(expr []byte, st *Stats, helper bool) error {
 				bad = fmt.Errorf("no check after the loop header at offset %d", start)
 			}
 			stack = append(stack, frame{loop: true, at: start})
-		case opBlock, opIf:
+		case wasmbin.OpBlock, wasmbin.OpIf:
 			stack = append(stack, frame{})
-		case opFunc:
-			r := &reader{b: expr, off: start + 1}
-			if f, err := r.u32(); err == nil && expr[start] == 0x10 && f == st.Refill {
+		case wasmbin.OpFunc:
+			r := wasmbin.NewReader(expr, start+1)
+			if f, err := r.U32(); err == nil && expr[start] == 0x10 && f == st.Refill {
 				for i := range stack {
 					stack[i].refilled = true
 				}
 			}
-		case opEnd:
+		case wasmbin.OpEnd:
 			top := stack[len(stack)-1]
 			if helper && top.loop && !top.refilled {
 				bad = fmt.Errorf("a helper's loop at offset %d has no charge", top.at)

@@ -3,6 +3,8 @@ package fuel
 import (
 	"fmt"
 	"math"
+
+	"github.com/sandboxd/sandboxd/internal/wasmbin"
 )
 
 // Cost follows work (pass version 5; version 6 charges one unit per byte).
@@ -81,24 +83,24 @@ type tableType struct {
 // tables lists the module's tables, imported first.
 func (m *Module) tables() ([]tableType, error) {
 	var ts []tableType
-	read := func(r *reader) error {
-		t, err := r.byte()
+	read := func(r *wasmbin.Reader) error {
+		t, err := r.Byte()
 		if err != nil {
 			return err
 		}
-		flag, err := r.byte()
+		flag, err := r.Byte()
 		if err != nil {
 			return err
 		}
 		if flag > 1 {
-			return r.errf(ErrUnsupported, "table limits flag %d", flag)
+			return r.Errorf(ErrUnsupported, "table limits flag %d", flag)
 		}
 		tt := tableType{ref: t, max: math.MaxUint32 - 1}
-		if tt.min, err = r.uleb(32); err != nil {
+		if tt.min, err = r.ULEB(32); err != nil {
 			return err
 		}
 		if flag == 1 {
-			if tt.max, err = r.uleb(32); err != nil {
+			if tt.max, err = r.ULEB(32); err != nil {
 				return err
 			}
 			tt.hasMax = true
@@ -107,20 +109,20 @@ func (m *Module) tables() ([]tableType, error) {
 		return nil
 	}
 	if s := m.section(secImport); s != nil {
-		r := &reader{b: s.Raw}
-		n, err := r.count(4)
+		r := wasmbin.NewReader(s.Raw, 0)
+		n, err := r.Count(4)
 		if err != nil {
 			return nil, err
 		}
 		for i := uint32(0); i < n; i++ {
-			if _, err := r.name(); err != nil {
+			if _, err := r.Name(); err != nil {
 				return nil, err
 			}
-			if _, err := r.name(); err != nil {
+			if _, err := r.Name(); err != nil {
 				return nil, err
 			}
-			if r.off < len(r.b) && r.b[r.off] == KindTable {
-				r.off++
+			if !r.EOF() && s.Raw[r.Offset()] == KindTable {
+				r.SetOffset(r.Offset() + 1)
 				if err := read(r); err != nil {
 					return nil, err
 				}
@@ -132,8 +134,8 @@ func (m *Module) tables() ([]tableType, error) {
 		}
 	}
 	if s := m.section(secTable); s != nil {
-		r := &reader{b: s.Raw}
-		n, err := r.count(2)
+		r := wasmbin.NewReader(s.Raw, 0)
+		n, err := r.Count(2)
 		if err != nil {
 			return nil, err
 		}
@@ -149,8 +151,8 @@ func (m *Module) tables() ([]tableType, error) {
 // importedTables counts the imported tables among n tables.
 func (m *Module) importedTables(n int) int {
 	if s := m.section(secTable); s != nil {
-		r := &reader{b: s.Raw}
-		if d, err := r.count(2); err == nil && int(d) <= n {
+		r := wasmbin.NewReader(s.Raw, 0)
+		if d, err := r.Count(2); err == nil && int(d) <= n {
 			return n - int(d)
 		}
 	}
@@ -176,8 +178,8 @@ func (m *Module) usesTableGrow() bool {
 	}
 	found := false
 	for _, f := range s.Funcs {
-		r := &reader{b: f.Expr}
-		_ = scanExpr(r, func(_ opKind, start, end int) {
+		r := wasmbin.NewReader(f.Expr, 0)
+		_ = wasmbin.ScanExpr(r, wasmbin.Refuse, func(_ wasmbin.Op, start, end int) {
 			if f.Expr[start] == 0xfc && end > start+1 && f.Expr[start+1] == 15 {
 				found = true
 			}
@@ -228,24 +230,24 @@ func isBulk(expr []byte, start int) bool {
 // expr[start:end], adding it when it is new.
 func (h *helpers) helperFor(ins []byte) (uint32, error) {
 	k := helperKey{op: ins[0]}
-	r := &reader{b: ins, off: 1}
+	r := wasmbin.NewReader(ins, 1)
 	if ins[0] == 0xfc {
 		k.op = ins[1]
-		r.off = 2
+		r.SetOffset(2)
 		switch k.op {
 		case 8, 12, 14: // memory.init data; table.init elem table; table.copy dst src
-			a, err := r.u32()
+			a, err := r.U32()
 			if err != nil {
 				return 0, err
 			}
 			k.a = a
 			if k.op != 8 {
-				if k.b, err = r.u32(); err != nil {
+				if k.b, err = r.U32(); err != nil {
 					return 0, err
 				}
 			}
 		case 15, 17: // table.grow, table.fill
-			a, err := r.u32()
+			a, err := r.U32()
 			if err != nil {
 				return 0, err
 			}
@@ -271,16 +273,16 @@ func (h *helpers) helperFor(ins []byte) (uint32, error) {
 type asm []byte
 
 func (a asm) op(b ...byte) asm       { return append(a, b...) }
-func (a asm) lget(i uint32) asm      { return appendULEB(append(a, 0x20), uint64(i)) }
-func (a asm) lset(i uint32) asm      { return appendULEB(append(a, 0x21), uint64(i)) }
-func (a asm) ltee(i uint32) asm      { return appendULEB(append(a, 0x22), uint64(i)) }
-func (a asm) gget(i uint32) asm      { return appendULEB(append(a, 0x23), uint64(i)) }
-func (a asm) gset(i uint32) asm      { return appendULEB(append(a, 0x24), uint64(i)) }
-func (a asm) call(f uint32) asm      { return appendULEB(append(a, 0x10), uint64(f)) }
-func (a asm) i32(v int32) asm        { return appendSLEB(append(a, 0x41), int64(v)) }
-func (a asm) i64(v int64) asm        { return appendSLEB(append(a, 0x42), v) }
+func (a asm) lget(i uint32) asm      { return wasmbin.AppendULEB(append(a, 0x20), uint64(i)) }
+func (a asm) lset(i uint32) asm      { return wasmbin.AppendULEB(append(a, 0x21), uint64(i)) }
+func (a asm) ltee(i uint32) asm      { return wasmbin.AppendULEB(append(a, 0x22), uint64(i)) }
+func (a asm) gget(i uint32) asm      { return wasmbin.AppendULEB(append(a, 0x23), uint64(i)) }
+func (a asm) gset(i uint32) asm      { return wasmbin.AppendULEB(append(a, 0x24), uint64(i)) }
+func (a asm) call(f uint32) asm      { return wasmbin.AppendULEB(append(a, 0x10), uint64(f)) }
+func (a asm) i32(v int32) asm        { return wasmbin.AppendSLEB(append(a, 0x41), int64(v)) }
+func (a asm) i64(v int64) asm        { return wasmbin.AppendSLEB(append(a, 0x42), v) }
 func (a asm) fc(sub byte) asm        { return append(a, 0xfc, sub) }
-func (a asm) u32(v uint32) asm       { return appendULEB(a, uint64(v)) }
+func (a asm) u32(v uint32) asm       { return wasmbin.AppendULEB(a, uint64(v)) }
 func (a asm) tableSize(t uint32) asm { return a.fc(16).u32(t) }
 
 // Local indices inside a helper: its three parameters, then c (the chunk,

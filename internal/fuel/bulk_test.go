@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/wasmbin"
 )
 
 // TestBulkSemantics runs testdata/wat/bulk.wasm plain and instrumented: the
@@ -100,7 +102,7 @@ func TestTableGrowAsksTheHost(t *testing.T) {
 // (fill, copy or init) forever, in a memory of pages pages.
 func bigBulk(op string, n, pages int) []byte {
 	var ins []byte
-	i32 := func(v int) []byte { return appendSLEB([]byte{0x41}, int64(int32(uint32(v)))) }
+	i32 := func(v int) []byte { return wasmbin.AppendSLEB([]byte{0x41}, int64(int32(uint32(v)))) }
 	switch op {
 	case "fill":
 		ins = wcat(i32(0), i32(1), i32(n), []byte{0xfc, 0x0b, 0x00})
@@ -111,9 +113,9 @@ func bigBulk(op string, n, pages int) []byte {
 	return wcat([]byte("\x00asm\x01\x00\x00\x00"),
 		wsection(secType, wvec([]byte{0x60, 0x00, 0x00})),
 		wsection(secFunction, wvec([]byte{0x00})),
-		wsection(secMemory, wvec(appendULEB([]byte{0x00}, uint64(pages)))),
+		wsection(secMemory, wvec(wasmbin.AppendULEB([]byte{0x00}, uint64(pages)))),
 		wsection(secExport, wvec(wcat(wname("spin"), []byte{KindFunc, 0}))),
-		wsection(secCode, wvec(append(appendULEB(nil, uint64(len(code))), code...))))
+		wsection(secCode, wvec(append(wasmbin.AppendULEB(nil, uint64(len(code))), code...))))
 }
 
 // TestF01BulkInterruptLatency: a guest repeating memory.fill / memory.copy

@@ -92,9 +92,11 @@
 //
 // The instruction stream wazero executes must be the one the pass metered
 // (F12: a stream the two read differently hid a loop and a table.set). The
-// pass reads every instruction as wazero v1.12's validator and wazevo
-// frontend do, and refuses a module where they could read it differently
-// from the spec: the sub-opcode after 0xfd and 0xfe is one byte (a 0xfd
+// pass reads with wasmbin's Reader and wasmbin.ScanExpr, the one reader
+// sandboxd has (the compile budget reads with it too), under
+// wasmbin.Refuse: every instruction as wazero v1.12's validator and wazevo
+// frontend read it, and a module refused where they could read it
+// differently from the spec: the sub-opcode after 0xfd and 0xfe is one byte (a 0xfd
 // sub-opcode of 0x80 or more is accepted only followed by 0x01, its spec
 // encoding, which wazero reads as a nop); the sub-opcode after 0xfc must
 // be its minimal one-byte LEB128; the reserved memory index of

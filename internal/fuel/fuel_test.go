@@ -13,6 +13,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
+	"github.com/sandboxd/sandboxd/internal/wasmbin"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
 
@@ -217,7 +218,7 @@ func TestRefusesHostileModules(t *testing.T) {
 	section := func(id byte, body []byte) []byte {
 		b := []byte("\x00asm\x01\x00\x00\x00")
 		b = append(b, id)
-		b = appendULEB(b, uint64(len(body)))
+		b = wasmbin.AppendULEB(b, uint64(len(body)))
 		return append(b, body...)
 	}
 	deep := func(n int) []byte { // one function: n nested blocks
@@ -228,10 +229,10 @@ func TestRefusesHostileModules(t *testing.T) {
 		for range n + 1 {
 			expr = append(expr, 0x0b)
 		}
-		body := appendULEB([]byte{0}, 0)[:1] // no locals
+		body := wasmbin.AppendULEB([]byte{0}, 0)[:1] // no locals
 		body = append(body, expr...)
-		code := appendULEB(nil, 1)
-		code = appendULEB(code, uint64(len(body)))
+		code := wasmbin.AppendULEB(nil, 1)
+		code = wasmbin.AppendULEB(code, uint64(len(body)))
 		code = append(code, body...)
 		m := section(1, []byte{1, 0x60, 0, 0})
 		m = append(m, section(3, []byte{1, 0})[8:]...)
@@ -315,13 +316,13 @@ func TestNameSection(t *testing.T) {
 		t.Fatal(err)
 	}
 	raw := om.Sections[len(om.Sections)-1].Raw
-	r := &reader{b: raw}
+	r := wasmbin.NewReader(raw, 0)
 	var ids []byte
 	var g7 []byte
-	for !r.eof() {
-		id, _ := r.byte()
-		n, _ := r.u32()
-		body, err := r.bytes(uint64(n))
+	for !r.EOF() {
+		id, _ := r.Byte()
+		n, _ := r.U32()
+		body, err := r.Bytes(uint64(n))
 		if err != nil {
 			t.Fatal(err)
 		}

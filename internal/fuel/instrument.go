@@ -5,13 +5,15 @@ import (
 	"math"
 	"strings"
 
+	"github.com/sandboxd/sandboxd/internal/wasmbin"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
 
 // Version identifies the pass. It changes whenever Instrument's output for
-// some input changes; a cache of instrumented modules keys on it together
+// some input changes, or could (version 8: the pass reads with
+// wasmbin.ScanExpr); a cache of instrumented modules keys on it together
 // with the input's digest.
-const Version = 7
+const Version = 8
 
 // Reserved export names the pass adds. A module that exports any name
 // beginning with ReservedPrefix is refused, whether or not it is resettable:
@@ -215,7 +217,7 @@ func (m *Module) instrument(o options) (*Stats, error) {
 		}
 		globals.Globals[i].Init = init
 	}
-	init := append([]byte{0x42}, appendSLEB(nil, Unlimited)...)
+	init := append([]byte{0x42}, wasmbin.AppendSLEB(nil, Unlimited)...)
 	globals.Globals = append(globals.Globals,
 		Global{Type: 0x7e, Mutable: true, Init: append(init, 0x0b)},
 		Global{Type: 0x7e, Mutable: true, Init: []byte{0x42, 0x00, 0x0b}})
@@ -268,19 +270,19 @@ func (m *Module) instrument(o options) (*Stats, error) {
 			if fsec == nil {
 				return nil, fmt.Errorf("%w: code without a function section", ErrMalformed)
 			}
-			r := &reader{b: fsec.Raw}
-			n, err := r.count(1)
+			r := wasmbin.NewReader(fsec.Raw, 0)
+			n, err := r.Count(1)
 			if err != nil {
 				return nil, err
 			}
-			raw := appendULEB(nil, uint64(n)+uint64(len(hs.bodies)))
-			raw = append(raw, fsec.Raw[r.off:]...)
+			raw := wasmbin.AppendULEB(nil, uint64(n)+uint64(len(hs.bodies)))
+			raw = append(raw, fsec.Raw[r.Offset():]...)
 			for _, sig := range hs.types {
 				ti, err := addType(sig)
 				if err != nil {
 					return nil, err
 				}
-				raw = appendULEB(raw, uint64(ti))
+				raw = wasmbin.AppendULEB(raw, uint64(ti))
 			}
 			fsec.Raw = raw
 			code.Funcs = append(code.Funcs, hs.bodies...)
@@ -303,11 +305,11 @@ func (m *Module) instrument(o options) (*Stats, error) {
 		// own, so that traps inside a helper are legible.
 		var funcs []byte
 		names := hs.names()
-		funcs = appendULEB(funcs, uint64(len(names)))
+		funcs = wasmbin.AppendULEB(funcs, uint64(len(names)))
 		for i, name := range names {
-			funcs = appendName(appendULEB(funcs, uint64(hs.base)+uint64(i)), name)
+			funcs = appendName(wasmbin.AppendULEB(funcs, uint64(hs.base)+uint64(i)), name)
 		}
-		raw := append([]byte{1}, appendULEB(nil, uint64(len(funcs)))...)
+		raw := append([]byte{1}, wasmbin.AppendULEB(nil, uint64(len(funcs)))...)
 		m.Sections = append(m.Sections, &Section{ID: secCustom, Name: "name", Raw: append(raw, funcs...)})
 	}
 	return st, nil
@@ -317,21 +319,21 @@ func (m *Module) instrument(o options) (*Stats, error) {
 // function references), whose function indices the pass would have to
 // renumber.
 func checkTables(raw []byte) error {
-	r := &reader{b: raw}
-	n, err := r.count(2)
+	r := wasmbin.NewReader(raw, 0)
+	n, err := r.Count(2)
 	if err != nil {
 		return err
 	}
 	for i := uint32(0); i < n; i++ {
-		if err := r.valtype(); err != nil {
+		if err := r.Valtype(); err != nil {
 			return err
 		}
-		if err := r.limits(); err != nil {
+		if _, err := r.Limits(); err != nil {
 			return err
 		}
 	}
-	if !r.eof() {
-		return r.fail("trailing bytes in the table section")
+	if !r.EOF() {
+		return r.Fail("trailing bytes in the table section")
 	}
 	return nil
 }
@@ -340,11 +342,11 @@ func checkTables(raw []byte) error {
 // result value types) and returns its index.
 func (m *Module) addType(sig string) (uint32, error) {
 	s := m.ensureSection(secType)
-	r := &reader{b: s.Raw}
+	r := wasmbin.NewReader(s.Raw, 0)
 	var n uint32
 	if len(s.Raw) > 0 {
 		var err error
-		if n, err = r.count(1); err != nil {
+		if n, err = r.Count(1); err != nil {
 			return 0, err
 		}
 	}
@@ -352,10 +354,10 @@ func (m *Module) addType(sig string) (uint32, error) {
 		return 0, fmt.Errorf("%w: too many types", ErrMalformed)
 	}
 	params, results, _ := strings.Cut(sig, "/")
-	raw := appendULEB(nil, uint64(n)+1)
-	raw = append(raw, s.Raw[r.off:]...)
-	raw = appendULEB(append(raw, 0x60), uint64(len(params)))
-	raw = appendULEB(append(raw, params...), uint64(len(results)))
+	raw := wasmbin.AppendULEB(nil, uint64(n)+1)
+	raw = append(raw, s.Raw[r.Offset():]...)
+	raw = wasmbin.AppendULEB(append(raw, 0x60), uint64(len(params)))
+	raw = wasmbin.AppendULEB(append(raw, params...), uint64(len(results)))
 	s.Raw = append(raw, results...)
 	return n, nil
 }
@@ -369,24 +371,24 @@ type importFunc struct {
 // addImports appends the pass's function imports from ImportModule.
 func (m *Module) addImports(fs []importFunc) error {
 	s := m.ensureSection(secImport)
-	r := &reader{b: s.Raw}
+	r := wasmbin.NewReader(s.Raw, 0)
 	var n uint32
 	entries := 0
 	if len(s.Raw) > 0 {
 		var err error
-		if n, err = r.count(4); err != nil {
+		if n, err = r.Count(4); err != nil {
 			return err
 		}
-		entries = r.off
+		entries = r.Offset()
 		for i := uint32(0); i < n; i++ {
-			mod, err := r.name()
+			mod, err := r.Name()
 			if err != nil {
 				return err
 			}
 			if mod == ImportModule {
 				return fmt.Errorf("%w: the module imports from the reserved module %q", ErrUnsupported, ImportModule)
 			}
-			if _, err := r.name(); err != nil {
+			if _, err := r.Name(); err != nil {
 				return err
 			}
 			if err := skipImportDesc(r); err != nil {
@@ -394,42 +396,42 @@ func (m *Module) addImports(fs []importFunc) error {
 			}
 		}
 	}
-	raw := appendULEB(nil, uint64(n)+uint64(len(fs)))
+	raw := wasmbin.AppendULEB(nil, uint64(n)+uint64(len(fs)))
 	raw = append(raw, s.Raw[entries:]...)
 	for _, f := range fs {
 		raw = appendName(raw, ImportModule)
 		raw = appendName(raw, f.name)
 		raw = append(raw, KindFunc)
-		raw = appendULEB(raw, uint64(f.typeIdx))
+		raw = wasmbin.AppendULEB(raw, uint64(f.typeIdx))
 	}
 	s.Raw = raw
 	return nil
 }
 
-func skipImportDesc(r *reader) error {
-	kind, err := r.byte()
+func skipImportDesc(r *wasmbin.Reader) error {
+	kind, err := r.Byte()
 	if err != nil {
 		return err
 	}
 	switch kind {
 	case KindFunc:
-		_, err = r.u32()
+		_, err = r.U32()
 	case KindTable:
-		if err = r.valtype(); err == nil {
-			err = r.limits()
+		if err = r.Valtype(); err == nil {
+			_, err = r.Limits()
 		}
 	case KindMemory:
-		err = r.limits()
+		_, err = r.Limits()
 	case KindGlobal:
-		if err = r.valtype(); err == nil {
-			err = r.mutability()
+		if err = r.Valtype(); err == nil {
+			err = mutability(r)
 		}
 	case KindTag:
-		if _, err = r.byte(); err == nil {
-			_, err = r.u32()
+		if _, err = r.Byte(); err == nil {
+			_, err = r.U32()
 		}
 	default:
-		err = r.fail("bad import kind")
+		err = r.Fail("bad import kind")
 	}
 	return err
 }
@@ -438,40 +440,40 @@ func skipImportDesc(r *reader) error {
 // Expressions may read only the module's own globals (fewer than
 // globals).
 func remapElements(raw []byte, remap func(uint32) uint32, globals uint32) ([]byte, error) {
-	r := &reader{b: raw}
-	n, err := r.count(1)
+	r := wasmbin.NewReader(raw, 0)
+	n, err := r.Count(1)
 	if err != nil {
 		return nil, err
 	}
-	out := appendULEB(make([]byte, 0, len(raw)+16), uint64(n))
+	out := wasmbin.AppendULEB(make([]byte, 0, len(raw)+16), uint64(n))
 	expr := func() error {
-		start := r.off
-		if err := scanExpr(r, nil); err != nil {
+		start := r.Offset()
+		if err := wasmbin.ScanExpr(r, wasmbin.Refuse, nil); err != nil {
 			return err
 		}
-		e, _, err := transformExpr(r.b[start:r.off], remap, nil, bounds{globals: globals})
+		e, _, err := transformExpr(r.Since(start), remap, nil, bounds{globals: globals})
 		out = append(out, e...)
 		return err
 	}
 	copyByte := func() error {
-		c, err := r.byte()
+		c, err := r.Byte()
 		out = append(out, c)
 		return err
 	}
 	copyU32 := func() error {
-		v, err := r.u32()
-		out = appendULEB(out, uint64(v))
+		v, err := r.U32()
+		out = wasmbin.AppendULEB(out, uint64(v))
 		return err
 	}
 	for i := uint32(0); i < n; i++ {
-		flags, err := r.u32()
+		flags, err := r.U32()
 		if err != nil {
 			return nil, err
 		}
 		if flags > 7 {
-			return nil, r.fail("bad element segment flags")
+			return nil, r.Fail("bad element segment flags")
 		}
-		out = appendULEB(out, uint64(flags))
+		out = wasmbin.AppendULEB(out, uint64(flags))
 		if flags&2 != 0 && flags&1 == 0 { // explicit table index
 			if err := copyU32(); err != nil {
 				return nil, err
@@ -487,18 +489,18 @@ func remapElements(raw []byte, remap func(uint32) uint32, globals uint32) ([]byt
 				return nil, err
 			}
 		}
-		cnt, err := r.count(1)
+		cnt, err := r.Count(1)
 		if err != nil {
 			return nil, err
 		}
-		out = appendULEB(out, uint64(cnt))
+		out = wasmbin.AppendULEB(out, uint64(cnt))
 		for j := uint32(0); j < cnt; j++ {
 			if flags&4 != 0 {
 				err = expr()
 			} else {
 				var f uint32
-				if f, err = r.u32(); err == nil {
-					out = appendULEB(out, uint64(remap(f)))
+				if f, err = r.U32(); err == nil {
+					out = wasmbin.AppendULEB(out, uint64(remap(f)))
 				}
 			}
 			if err != nil {
@@ -506,8 +508,8 @@ func remapElements(raw []byte, remap func(uint32) uint32, globals uint32) ([]byt
 			}
 		}
 	}
-	if !r.eof() {
-		return nil, r.fail("trailing bytes in the element section")
+	if !r.EOF() {
+		return nil, r.Fail("trailing bytes in the element section")
 	}
 	return out, nil
 }
@@ -565,23 +567,23 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 		versioned bool
 	}
 	stack := []frame{{}}
-	r := &reader{b: expr}
+	r := wasmbin.NewReader(expr, 0)
 	// Edits of kind editSync write the global from the local before an
 	// instruction that leaves the function or calls out of it; editReload
 	// reloads the local after a call. They apply only to a function that
 	// keeps its counter in a local.
 	sync := func(at int) { edits = append(edits, edit{start: at, end: at, kind: editSync}) }
 	var bad error
-	err := scanExpr(r, func(k opKind, start, end int) {
+	err := wasmbin.ScanExpr(r, wasmbin.Refuse, func(k wasmbin.Op, start, end int) {
 		cur := stack[len(stack)-1].level
 		op := expr[start]
 		switch k {
-		case opOther:
+		case wasmbin.OpOther:
 			costs[cur] += opWeight(expr[start:end])
 			switch op {
 			case 0x20, 0x21, 0x22, 0x23, 0x24: // local.get/set/tee, global.get/set
-				ir := &reader{b: expr[:end], off: start + 1}
-				idx, err := ir.u32()
+				ir := wasmbin.NewReader(expr[:end], start+1)
+				idx, err := ir.U32()
 				if err == nil && op >= 0x23 && idx >= bnd.globals {
 					err = fmt.Errorf("%w: global %d does not exist", ErrMalformed, idx)
 				} else if err == nil && op < 0x23 && uint64(idx) >= bnd.locals {
@@ -621,7 +623,7 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 				edits = append(edits, edit{start: start, end: end, kind: editHelper, helper: f},
 					edit{start: end, end: end, kind: editReload})
 			}
-		case opFunc:
+		case wasmbin.OpFunc:
 			costs[cur]++
 			if op != 0xd2 { // call, return_call
 				sync(start)
@@ -630,15 +632,15 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 			if op == 0x10 {
 				edits = append(edits, edit{start: end, end: end, kind: editReload})
 			}
-		case opIf:
+		case wasmbin.OpIf:
 			costs[cur]++
 			stack = append(stack, frame{level: cur})
-		case opBlock:
+		case wasmbin.OpBlock:
 			stack = append(stack, frame{level: cur})
 			if op == 0x1f {
 				tryTable = true
 			}
-		case opLoop:
+		case wasmbin.OpLoop:
 			level := len(costs)
 			v := chk != nil && versionable(expr[start+1:end])
 			stack = append(stack, frame{level: level, versioned: v})
@@ -647,7 +649,7 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 			}
 			edits = append(edits, edit{start: end, end: end, kind: editCheck, level: level, versioned: v})
 			costs = append(costs, 0)
-		case opEnd:
+		case wasmbin.OpEnd:
 			if len(stack) == 1 { // the function's own end: it returns
 				sync(start)
 			}
@@ -663,8 +665,8 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 	if err != nil {
 		return nil, 0, err
 	}
-	if !r.eof() {
-		return nil, 0, r.fail("trailing bytes after an expression")
+	if !r.EOF() {
+		return nil, 0, r.Fail("trailing bytes after an expression")
 	}
 	// Pass 2: copy with the edits applied.
 	if chk != nil && tryTable {
@@ -716,7 +718,7 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 				out = append(out, expr[e.start:e.end]...)
 			}
 		case editHelper:
-			out = appendULEB(append(out, 0x10), uint64(e.helper))
+			out = wasmbin.AppendULEB(append(out, 0x10), uint64(e.helper))
 		case editReload, editSync:
 			switch {
 			case chk == nil || chk.local < 0:
@@ -726,17 +728,17 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 				out = chk.sync(out)
 			}
 		case editFunc:
-			ir := &reader{b: expr[:e.end], off: e.start + 1}
-			f, err := ir.u32()
+			ir := wasmbin.NewReader(expr[:e.end], e.start+1)
+			f, err := ir.U32()
 			if err != nil {
 				return nil, 0, err
 			}
 			if chk != nil && expr[e.start] == 0x10 && chk.stateful[f] {
 				out = append(out, 0x41, 0x01, 0x24) // i32.const 1, global.set $dirty
-				out = appendULEB(out, uint64(chk.dirty))
+				out = wasmbin.AppendULEB(out, uint64(chk.dirty))
 			}
 			out = append(out, expr[e.start])
-			out = appendULEB(out, uint64(remap(f)))
+			out = wasmbin.AppendULEB(out, uint64(remap(f)))
 		}
 	}
 	out = append(out, expr[prev:]...)
@@ -819,7 +821,7 @@ const (
 // instruction's immediate) can be versioned: bt is empty or one value type,
 // so the loop takes no parameters.
 func versionable(bt []byte) bool {
-	return len(bt) == 1 && (bt[0] == 0x40 || simpleValtype(bt[0]))
+	return len(bt) == 1 && (bt[0] == 0x40 || wasmbin.IsValtype(bt[0]))
 }
 
 // shiftBranch returns the br, br_if or br_table ins with every label depth
@@ -830,10 +832,10 @@ func versionable(bt []byte) bool {
 // (ErrMalformed): the module is invalid, and after the pass adds frames
 // such a branch could name one of them.
 func shiftBranch(ins []byte, versioned func(i int) bool, n int) ([]byte, error) {
-	r := &reader{b: ins, off: 1}
+	r := wasmbin.NewReader(ins, 1)
 	cnt := uint32(1)
 	if ins[0] == 0x0e {
-		c, err := r.count(1)
+		c, err := r.Count(1)
 		if err != nil {
 			return nil, err
 		}
@@ -841,11 +843,11 @@ func shiftBranch(ins []byte, versioned func(i int) bool, n int) ([]byte, error) 
 	}
 	out := []byte{ins[0]}
 	if ins[0] == 0x0e {
-		out = appendULEB(out, uint64(cnt-1))
+		out = wasmbin.AppendULEB(out, uint64(cnt-1))
 	}
 	changed := false
 	for i := uint32(0); i < cnt; i++ {
-		l, err := r.u32()
+		l, err := r.U32()
 		if err != nil {
 			return nil, err
 		}
@@ -862,7 +864,7 @@ func shiftBranch(ins []byte, versioned func(i int) bool, n int) ([]byte, error) 
 		if shift != 0 {
 			changed = true
 		}
-		out = appendULEB(out, uint64(l)+uint64(shift))
+		out = wasmbin.AppendULEB(out, uint64(l)+uint64(shift))
 	}
 	if !changed {
 		return nil, nil
@@ -879,28 +881,28 @@ func appendLoopOpen(b []byte, bt byte) []byte {
 // appendLoopCheck appends a versioned loop's check: local.get $d; i64.const
 // cost; i64.sub; local.tee $d; i64.const 0; i64.lt_s; br_if 1 ($refill).
 func (c *checker) appendLoopCheck(b []byte, cost int64) []byte {
-	b = appendULEB(append(b, 0x20), uint64(c.local)) // local.get $d
-	b = append(b, 0x42)                              // i64.const
-	b = appendSLEB(b, max(cost, 1))
+	b = wasmbin.AppendULEB(append(b, 0x20), uint64(c.local)) // local.get $d
+	b = append(b, 0x42)                                      // i64.const
+	b = wasmbin.AppendSLEB(b, max(cost, 1))
 	b = append(b, 0x7d, 0x22) // i64.sub, local.tee
-	b = appendULEB(b, uint64(c.local))
+	b = wasmbin.AppendULEB(b, uint64(c.local))
 	return append(b, 0x42, 0x00, 0x53, 0x0d, 0x01) // i64.const 0, i64.lt_s, br_if 1
 }
 
 // appendLoopClose appends what follows a versioned loop's end: br $exit,
 // the end of $refill, the refill path and the ends of $outer and $exit.
 func (c *checker) appendLoopClose(b []byte, cost int64) []byte {
-	gget := func(b []byte, g uint32) []byte { return appendULEB(append(b, 0x23), uint64(g)) }
+	gget := func(b []byte, g uint32) []byte { return wasmbin.AppendULEB(append(b, 0x23), uint64(g)) }
 	b = append(b, 0x0c, 0x02, 0x0b) // br 2 ($exit), end ($refill)
 	b = c.sync(b)
-	b = appendULEB(append(b, 0x10), uint64(c.refill)) // call $refill
+	b = wasmbin.AppendULEB(append(b, 0x10), uint64(c.refill)) // call $refill
 	b = gget(gget(b, c.fuel), c.limit)
 	b = append(b, 0x53, 0x04, 0x40, 0x00, 0x0b) // i64.lt_s, if, unreachable, end
 	b = gget(gget(b, c.fuel), c.limit)
 	b = append(b, 0x7d, 0x42) // i64.sub, i64.const
-	b = appendSLEB(b, max(cost, 1))
+	b = wasmbin.AppendSLEB(b, max(cost, 1))
 	b = append(b, 0x7c, 0x21) // i64.add, local.set $d
-	b = appendULEB(b, uint64(c.local))
+	b = wasmbin.AppendULEB(b, uint64(c.local))
 	return append(b, 0x0c, 0x00, 0x0b, 0x0b) // br 0 ($outer), end ($outer), end ($exit)
 }
 
@@ -930,20 +932,20 @@ func opWeight(ins []byte) int64 {
 // from the global). The guest only runs while fuel >= limit, so the
 // difference is between 0 and a Slice and never overflows.
 func (c *checker) reload(b []byte) []byte {
-	b = appendULEB(append(b, 0x23), uint64(c.fuel))  // global.get $fuel
-	b = appendULEB(append(b, 0x23), uint64(c.limit)) // global.get $limit
-	b = append(b, 0x7d)                              // i64.sub
-	return appendULEB(append(b, 0x21), uint64(c.local))
+	b = wasmbin.AppendULEB(append(b, 0x23), uint64(c.fuel))  // global.get $fuel
+	b = wasmbin.AppendULEB(append(b, 0x23), uint64(c.limit)) // global.get $limit
+	b = append(b, 0x7d)                                      // i64.sub
+	return wasmbin.AppendULEB(append(b, 0x21), uint64(c.local))
 }
 
 // sync writes the count back to the global (local + limit): before every
 // call (the callee and the host read the global) and before every way out
 // of the function (return, a branch to the function's label, its end).
 func (c *checker) sync(b []byte) []byte {
-	b = appendULEB(append(b, 0x20), uint64(c.local)) // local.get $d
-	b = appendULEB(append(b, 0x23), uint64(c.limit)) // global.get $limit
-	b = append(b, 0x7c)                              // i64.add
-	return appendULEB(append(b, 0x24), uint64(c.fuel))
+	b = wasmbin.AppendULEB(append(b, 0x20), uint64(c.local)) // local.get $d
+	b = wasmbin.AppendULEB(append(b, 0x23), uint64(c.limit)) // global.get $limit
+	b = append(b, 0x7c)                                      // i64.add
+	return wasmbin.AppendULEB(append(b, 0x24), uint64(c.fuel))
 }
 
 // appendLocal appends the check of a function that keeps its count in a
@@ -967,16 +969,16 @@ func (c *checker) sync(b []byte) []byte {
 // trapping function spent since its last sync, so the fuel reported for
 // such a failed call can be lower than the work done.
 func (c *checker) appendLocal(b []byte, cost int64) []byte {
-	gget := func(b []byte, g uint32) []byte { return appendULEB(append(b, 0x23), uint64(g)) }
-	b = appendULEB(append(b, 0x20), uint64(c.local)) // local.get $d
-	b = append(b, 0x42)                              // i64.const
-	b = appendSLEB(b, cost)
+	gget := func(b []byte, g uint32) []byte { return wasmbin.AppendULEB(append(b, 0x23), uint64(g)) }
+	b = wasmbin.AppendULEB(append(b, 0x20), uint64(c.local)) // local.get $d
+	b = append(b, 0x42)                                      // i64.const
+	b = wasmbin.AppendSLEB(b, cost)
 	b = append(b, 0x7d, 0x22) // i64.sub, local.tee
-	b = appendULEB(b, uint64(c.local))
+	b = wasmbin.AppendULEB(b, uint64(c.local))
 	b = append(b, 0x42, 0x00, 0x53, 0x04, 0x40) // i64.const 0, i64.lt_s, if (empty)
 	b = c.sync(b)
 	b = append(b, 0x10) // call
-	b = appendULEB(b, uint64(c.refill))
+	b = wasmbin.AppendULEB(b, uint64(c.refill))
 	b = gget(gget(b, c.fuel), c.limit)
 	b = append(b, 0x53, 0x04, 0x40, 0x00, 0x0b) // i64.lt_s, if, unreachable, end
 	b = c.reload(b)
@@ -987,17 +989,17 @@ func (c *checker) appendLocal(b []byte, cost int64) []byte {
 // imm targets the function's own label (relative depth depth), which
 // returns from it.
 func branchesOut(imm []byte, op byte, depth int) bool {
-	r := &reader{b: imm}
+	r := wasmbin.NewReader(imm, 0)
 	n := uint32(1)
 	if op == 0x0e {
-		c, err := r.count(1)
+		c, err := r.Count(1)
 		if err != nil {
 			return true
 		}
 		n = c + 1
 	}
 	for i := uint32(0); i < n; i++ {
-		l, err := r.u32()
+		l, err := r.U32()
 		if err != nil || int64(l) == int64(depth) {
 			return true
 		}
@@ -1012,15 +1014,15 @@ func (c *checker) append(b []byte, cost int64) []byte {
 	if c.local >= 0 {
 		return c.appendLocal(b, cost)
 	}
-	get := func(b []byte, g uint32) []byte { return appendULEB(append(b, 0x23), uint64(g)) }
+	get := func(b []byte, g uint32) []byte { return wasmbin.AppendULEB(append(b, 0x23), uint64(g)) }
 	b = get(b, c.fuel)
 	b = append(b, 0x42) // i64.const
-	b = appendSLEB(b, cost)
+	b = wasmbin.AppendSLEB(b, cost)
 	b = append(b, 0x7d, 0x24) // i64.sub, global.set
-	b = appendULEB(b, uint64(c.fuel))
+	b = wasmbin.AppendULEB(b, uint64(c.fuel))
 	b = get(get(b, c.fuel), c.limit)
 	b = append(b, 0x53, 0x04, 0x40, 0x10) // i64.lt_s, if (empty), call
-	b = appendULEB(b, uint64(c.refill))
+	b = wasmbin.AppendULEB(b, uint64(c.refill))
 	b = get(get(b, c.fuel), c.limit)
 	// i64.lt_s, if (empty), unreachable, end, end
 	return append(b, 0x53, 0x04, 0x40, 0x00, 0x0b, 0x0b)
@@ -1048,61 +1050,61 @@ func fixNames(raw []byte, fuel, limit, refill, nimp uint32, hs *helpers) []byte 
 	importNames := []string{ImportName, ReserveName, ReleaseName}[:nimp]
 	addImportNames := func(nb []byte) []byte {
 		for i, n := range importNames {
-			nb = appendName(appendULEB(nb, uint64(refill)+uint64(i)), ImportModule+"."+n)
+			nb = appendName(wasmbin.AppendULEB(nb, uint64(refill)+uint64(i)), ImportModule+"."+n)
 		}
 		return nb
 	}
-	r := &reader{b: raw}
+	r := wasmbin.NewReader(raw, 0)
 	var out []byte
 	emit := func(id byte, body []byte) {
 		out = append(out, id)
-		out = appendULEB(out, uint64(len(body)))
+		out = wasmbin.AppendULEB(out, uint64(len(body)))
 		out = append(out, body...)
 	}
 	globalsDone := false
 	addGlobals := func(entries []byte, n uint32) {
-		body := appendULEB(nil, uint64(n)+2)
+		body := wasmbin.AppendULEB(nil, uint64(n)+2)
 		body = append(body, entries...)
-		body = appendULEB(body, uint64(fuel))
+		body = wasmbin.AppendULEB(body, uint64(fuel))
 		body = appendName(body, GlobalExport)
-		body = appendULEB(body, uint64(limit))
+		body = wasmbin.AppendULEB(body, uint64(limit))
 		body = appendName(body, LimitExport)
 		emit(subGlobals, body)
 		globalsDone = true
 	}
-	for !r.eof() {
-		id, err := r.byte()
+	for !r.EOF() {
+		id, err := r.Byte()
 		if err != nil {
 			return nil
 		}
-		size, err := r.u32()
+		size, err := r.U32()
 		if err != nil {
 			return nil
 		}
-		body, err := r.bytes(uint64(size))
+		body, err := r.Bytes(uint64(size))
 		if err != nil {
 			return nil
 		}
 		if id > subGlobals && !globalsDone {
 			addGlobals(nil, 0)
 		}
-		br := &reader{b: body}
+		br := wasmbin.NewReader(body, 0)
 		switch id {
 		case subLabels:
 			continue
 		case subFuncs:
-			n, err := br.count(2)
+			n, err := br.Count(2)
 			if err != nil {
 				return nil
 			}
-			nb := appendULEB(nil, uint64(n)+uint64(nimp)+uint64(len(hs.bodies)))
+			nb := wasmbin.AppendULEB(nil, uint64(n)+uint64(nimp)+uint64(len(hs.bodies)))
 			added := false
 			for i := uint32(0); i < n; i++ {
-				f, err := br.u32()
+				f, err := br.U32()
 				if err != nil {
 					return nil
 				}
-				name, err := br.name()
+				name, err := br.Name()
 				if err != nil {
 					return nil
 				}
@@ -1110,51 +1112,51 @@ func fixNames(raw []byte, fuel, limit, refill, nimp uint32, hs *helpers) []byte 
 					nb = addImportNames(nb)
 					added = true
 				}
-				nb = appendName(appendULEB(nb, uint64(remap(f))), name)
+				nb = appendName(wasmbin.AppendULEB(nb, uint64(remap(f))), name)
 			}
 			if !added {
 				nb = addImportNames(nb)
 			}
 			for i, name := range hs.names() {
-				nb = appendName(appendULEB(nb, uint64(hs.base)+uint64(i)), name)
+				nb = appendName(wasmbin.AppendULEB(nb, uint64(hs.base)+uint64(i)), name)
 			}
 			emit(id, nb)
 			continue
 		case subLocals:
-			n, err := br.count(2)
+			n, err := br.Count(2)
 			if err != nil {
 				return nil
 			}
-			nb := appendULEB(nil, uint64(n))
+			nb := wasmbin.AppendULEB(nil, uint64(n))
 			for i := uint32(0); i < n; i++ {
-				f, err := br.u32()
+				f, err := br.U32()
 				if err != nil {
 					return nil
 				}
-				start := br.off
-				m, err := br.count(2)
+				start := br.Offset()
+				m, err := br.Count(2)
 				if err != nil {
 					return nil
 				}
 				for j := uint32(0); j < m; j++ {
-					if _, err := br.u32(); err != nil {
+					if _, err := br.U32(); err != nil {
 						return nil
 					}
-					if _, err := br.name(); err != nil {
+					if _, err := br.Name(); err != nil {
 						return nil
 					}
 				}
-				nb = appendULEB(nb, uint64(remap(f)))
-				nb = append(nb, body[start:br.off]...)
+				nb = wasmbin.AppendULEB(nb, uint64(remap(f)))
+				nb = append(nb, body[start:br.Offset()]...)
 			}
 			emit(id, nb)
 			continue
 		case subGlobals:
-			n, err := br.u32()
+			n, err := br.U32()
 			if err != nil || globalsDone {
 				return nil
 			}
-			addGlobals(body[br.off:], n)
+			addGlobals(body[br.Offset():], n)
 			continue
 		}
 		emit(id, body)
@@ -1172,21 +1174,21 @@ func fixNames(raw []byte, fuel, limit, refill, nimp uint32, hs *helpers) []byte 
 func (m *Module) paramCounts() []uint32 {
 	var params []uint32
 	if s := m.section(secType); s != nil {
-		r := &reader{b: s.Raw}
-		n, err := r.count(3)
+		r := wasmbin.NewReader(s.Raw, 0)
+		n, err := r.Count(3)
 		if err != nil {
 			return nil
 		}
 		for i := uint32(0); i < n; i++ {
-			if form, err := r.byte(); err != nil || form != 0x60 {
+			if form, err := r.Byte(); err != nil || form != 0x60 {
 				return nil
 			}
-			np, err := r.count(1)
-			if err != nil || r.u32sValtypes(np) != nil {
+			np, err := r.Count(1)
+			if err != nil || u32sValtypes(r, np) != nil {
 				return nil
 			}
-			nr, err := r.count(1)
-			if err != nil || r.u32sValtypes(nr) != nil {
+			nr, err := r.Count(1)
+			if err != nil || u32sValtypes(r, nr) != nil {
 				return nil
 			}
 			params = append(params, np)
@@ -1200,14 +1202,14 @@ func (m *Module) paramCounts() []uint32 {
 	if s == nil {
 		return nil
 	}
-	r := &reader{b: s.Raw}
-	n, err := r.count(1)
+	r := wasmbin.NewReader(s.Raw, 0)
+	n, err := r.Count(1)
 	if err != nil || int(n) != len(code.Funcs) {
 		return nil
 	}
 	out := make([]uint32, n)
 	for i := range out {
-		t, err := r.u32()
+		t, err := r.U32()
 		if err != nil || int(t) >= len(params) {
 			return nil
 		}
@@ -1217,9 +1219,9 @@ func (m *Module) paramCounts() []uint32 {
 }
 
 // u32sValtypes skips n value types.
-func (r *reader) u32sValtypes(n uint32) error {
+func u32sValtypes(r *wasmbin.Reader, n uint32) error {
 	for i := uint32(0); i < n; i++ {
-		if err := r.valtype(); err != nil {
+		if err := r.Valtype(); err != nil {
 			return err
 		}
 	}

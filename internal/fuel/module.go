@@ -1,6 +1,34 @@
 package fuel
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/sandboxd/sandboxd/internal/wasmbin"
+)
+
+// ErrMalformed is wrapped by every error Decode returns for a binary it
+// cannot read. It is wasmbin.ErrMalformed: the pass reads with wasmbin's
+// Reader and ScanExpr.
+var ErrMalformed = wasmbin.ErrMalformed
+
+// ErrUnsupported is wrapped by errors for well-formed binaries that use
+// something the pass does not understand (an unknown opcode or section), or
+// an encoding wazero and the spec read differently (wasmbin.Refuse). It is
+// wasmbin.ErrUnsupported.
+var ErrUnsupported = wasmbin.ErrUnsupported
+
+// Bounds the decoder enforces so hostile input costs bounded time and memory.
+const (
+	// MaxNesting is the deepest block nesting accepted in one expression.
+	MaxNesting = wasmbin.MaxNesting
+	// maxLocals bounds the locals of one function (wazero allows fewer).
+	maxLocals = 1 << 20
+)
+
+func appendName(b []byte, s string) []byte {
+	b = wasmbin.AppendULEB(b, uint64(len(s)))
+	return append(b, s...)
+}
 
 // Section ids.
 const (
@@ -102,48 +130,47 @@ type LocalGroup struct {
 // wrap ErrMalformed or ErrUnsupported. Decode never panics and uses time and
 // memory linear in len(b).
 func Decode(b []byte) (*Module, error) {
-	r := &reader{b: b}
+	r := wasmbin.NewReader(b, 0)
 	if len(b) < 8 || string(b[:4]) != "\x00asm" {
-		return nil, r.fail("missing magic")
+		return nil, r.Fail("missing magic")
 	}
 	if string(b[4:8]) != "\x01\x00\x00\x00" {
-		return nil, r.errf(ErrUnsupported, "binary version %x", b[4:8])
+		return nil, r.Errorf(ErrUnsupported, "binary version %x", b[4:8])
 	}
-	r.off = 8
+	r.SetOffset(8)
 	m := &Module{}
 	last := 0
-	for !r.eof() {
-		id, err := r.byte()
+	for !r.EOF() {
+		id, err := r.Byte()
 		if err != nil {
 			return nil, err
 		}
-		size, err := r.u32()
-		if err != nil {
-			return nil, err
-		}
-		body, err := r.bytes(uint64(size))
+		size, err := r.U32()
 		if err != nil {
 			return nil, err
 		}
 		// section readers see only the section; offsets stay absolute
-		sr := &reader{b: b[:r.off], off: r.off - len(body)}
+		sr, err := r.Sub(uint64(size))
+		if err != nil {
+			return nil, err
+		}
+		body := sr.Rest()
 		s := &Section{ID: id}
 		if id != secCustom {
 			if int(id) >= len(sectionRank) || sectionRank[id] == 0 {
-				return nil, sr.errf(ErrUnsupported, "section id %d", id)
+				return nil, sr.Errorf(ErrUnsupported, "section id %d", id)
 			}
 			if sectionRank[id] <= last {
-				return nil, sr.fail(fmt.Sprintf("section %d out of order or repeated", id))
+				return nil, sr.Fail(fmt.Sprintf("section %d out of order or repeated", id))
 			}
 			last = sectionRank[id]
 		}
 		switch id {
 		case secCustom:
-			if s.Name, err = sr.name(); err != nil {
+			if s.Name, err = sr.Name(); err != nil {
 				return nil, err
 			}
-			s.Raw = sr.b[sr.off:]
-			sr.off = len(sr.b)
+			s.Raw, _ = sr.Bytes(uint64(sr.Len()))
 		case secImport:
 			err = decodeImports(sr, m)
 			s.Raw = body
@@ -152,44 +179,44 @@ func Decode(b []byte) (*Module, error) {
 		case secExport:
 			s.Exports, err = decodeExports(sr)
 		case secStart:
-			s.Start, err = sr.u32()
+			s.Start, err = sr.U32()
 		case secCode:
 			s.Funcs, err = decodeCode(sr)
 		case secDataCount:
-			_, err = sr.u32()
+			_, err = sr.U32()
 			s.Raw = body
 		default:
 			// a vector kept whole: only its length is checked here
-			_, err = sr.count(1)
+			_, err = sr.Count(1)
 			s.Raw = body
-			sr.off = len(sr.b)
+			_, _ = sr.Bytes(uint64(sr.Len()))
 		}
 		if err != nil {
 			return nil, err
 		}
-		if !sr.eof() {
-			return nil, sr.fail(fmt.Sprintf("trailing bytes in section %d", id))
+		if !sr.EOF() {
+			return nil, sr.Fail(fmt.Sprintf("trailing bytes in section %d", id))
 		}
 		m.Sections = append(m.Sections, s)
 	}
 	return m, nil
 }
 
-func decodeImports(r *reader, m *Module) error {
-	n, err := r.count(4)
+func decodeImports(r *wasmbin.Reader, m *Module) error {
+	n, err := r.Count(4)
 	if err != nil {
 		return err
 	}
 	for i := uint32(0); i < n; i++ {
-		mod, err := r.name()
+		mod, err := r.Name()
 		if err != nil {
 			return err
 		}
-		name, err := r.name()
+		name, err := r.Name()
 		if err != nil {
 			return err
 		}
-		kind, err := r.byte()
+		kind, err := r.Byte()
 		if err != nil {
 			return err
 		}
@@ -200,28 +227,28 @@ func decodeImports(r *reader, m *Module) error {
 		case KindFunc:
 			m.ImportedFuncs++
 			m.FuncImports = append(m.FuncImports, FuncImport{mod, name})
-			_, err = r.u32()
+			_, err = r.U32()
 		case KindTable:
-			if err = r.valtype(); err == nil {
-				err = r.limits()
+			if err = r.Valtype(); err == nil {
+				_, err = r.Limits()
 			}
 		case KindMemory:
-			err = r.limits()
+			_, err = r.Limits()
 		case KindGlobal:
 			m.ImportedGlobals++
-			if err = r.valtype(); err == nil {
-				err = r.mutability()
+			if err = r.Valtype(); err == nil {
+				err = mutability(r)
 			}
 		case KindTag:
 			var attr byte
-			if attr, err = r.byte(); err == nil && attr != 0 {
-				err = r.fail("bad tag attribute")
+			if attr, err = r.Byte(); err == nil && attr != 0 {
+				err = r.Fail("bad tag attribute")
 			}
 			if err == nil {
-				_, err = r.u32()
+				_, err = r.U32()
 			}
 		default:
-			return r.fail(fmt.Sprintf("import kind %d", kind))
+			return r.Fail(fmt.Sprintf("import kind %d", kind))
 		}
 		if err != nil {
 			return err
@@ -230,78 +257,58 @@ func decodeImports(r *reader, m *Module) error {
 	return nil
 }
 
-func (r *reader) limits() error {
-	flag, err := r.byte()
-	if err != nil {
-		return err
-	}
-	if flag > 7 {
-		return r.fail("bad limits flag")
-	}
-	bits := uint(32)
-	if flag&4 != 0 { // 64-bit memory
-		bits = 64
-	}
-	if _, err := r.uleb(bits); err != nil {
-		return err
-	}
-	if flag&1 != 0 {
-		_, err = r.uleb(bits)
-	}
-	return err
-}
-
-func (r *reader) mutability() error {
-	c, err := r.byte()
+func mutability(r *wasmbin.Reader) error {
+	c, err := r.Byte()
 	if err == nil && c > 1 {
-		err = r.fail("bad mutability")
+		err = r.Fail("bad mutability")
 	}
 	return err
 }
 
-func decodeGlobals(r *reader) ([]Global, error) {
-	n, err := r.count(3)
+func decodeGlobals(r *wasmbin.Reader) ([]Global, error) {
+	n, err := r.Count(3)
 	if err != nil {
 		return nil, err
 	}
 	gs := make([]Global, 0, n)
 	for i := uint32(0); i < n; i++ {
-		t := r.off
-		if err := r.valtype(); err != nil {
+		t := r.Offset()
+		if err := r.Valtype(); err != nil {
 			return nil, err
 		}
-		if err := r.mutability(); err != nil {
+		if err := mutability(r); err != nil {
 			return nil, err
 		}
-		g := Global{Type: r.b[t], Mutable: r.b[t+1] == 1}
-		start := r.off
-		if err := scanExpr(r, nil); err != nil {
+		tb := r.Since(t)
+		g := Global{Type: tb[0], Mutable: tb[1] == 1}
+		start := r.Offset()
+		if err := wasmbin.ScanExpr(r, wasmbin.Refuse, nil); err != nil {
 			return nil, err
 		}
-		g.Init = r.b[start:r.off]
+		g.Init = r.Since(start)
 		gs = append(gs, g)
 	}
 	return gs, nil
 }
 
-func decodeExports(r *reader) ([]Export, error) {
-	n, err := r.count(3)
+func decodeExports(r *wasmbin.Reader) ([]Export, error) {
+	n, err := r.Count(3)
 	if err != nil {
 		return nil, err
 	}
 	es := make([]Export, 0, n)
 	for i := uint32(0); i < n; i++ {
 		var e Export
-		if e.Name, err = r.name(); err != nil {
+		if e.Name, err = r.Name(); err != nil {
 			return nil, err
 		}
-		if e.Kind, err = r.byte(); err != nil {
+		if e.Kind, err = r.Byte(); err != nil {
 			return nil, err
 		}
 		if e.Kind > KindTag {
-			return nil, r.fail(fmt.Sprintf("export kind %d", e.Kind))
+			return nil, r.Fail(fmt.Sprintf("export kind %d", e.Kind))
 		}
-		if e.Index, err = r.u32(); err != nil {
+		if e.Index, err = r.U32(); err != nil {
 			return nil, err
 		}
 		es = append(es, e)
@@ -309,50 +316,49 @@ func decodeExports(r *reader) ([]Export, error) {
 	return es, nil
 }
 
-func decodeCode(r *reader) ([]Func, error) {
-	n, err := r.count(2)
+func decodeCode(r *wasmbin.Reader) ([]Func, error) {
+	n, err := r.Count(2)
 	if err != nil {
 		return nil, err
 	}
 	fs := make([]Func, 0, n)
 	for i := uint32(0); i < n; i++ {
-		size, err := r.u32()
+		size, err := r.U32()
 		if err != nil {
 			return nil, err
 		}
-		body, err := r.bytes(uint64(size))
+		br, err := r.Sub(uint64(size))
 		if err != nil {
 			return nil, err
 		}
-		br := &reader{b: r.b[:r.off], off: r.off - len(body)}
-		groups, err := br.count(2)
+		groups, err := br.Count(2)
 		if err != nil {
 			return nil, err
 		}
 		f := Func{Locals: make([]LocalGroup, 0, groups)}
 		var total uint64
 		for j := uint32(0); j < groups; j++ {
-			c, err := br.u32()
+			c, err := br.U32()
 			if err != nil {
 				return nil, err
 			}
 			if total += uint64(c); total > maxLocals {
-				return nil, br.fail("too many locals")
+				return nil, br.Fail("too many locals")
 			}
-			t := br.off
-			if err := br.valtype(); err != nil {
+			t := br.Offset()
+			if err := br.Valtype(); err != nil {
 				return nil, err
 			}
-			f.Locals = append(f.Locals, LocalGroup{Count: c, Type: br.b[t]})
+			f.Locals = append(f.Locals, LocalGroup{Count: c, Type: br.Since(t)[0]})
 		}
-		start := br.off
-		if err := scanExpr(br, nil); err != nil {
+		start := br.Offset()
+		if err := wasmbin.ScanExpr(br, wasmbin.Refuse, nil); err != nil {
 			return nil, fmt.Errorf("function %d: %w", i, err)
 		}
-		if !br.eof() {
-			return nil, br.fail("trailing bytes after a function body")
+		if !br.EOF() {
+			return nil, br.Fail("trailing bytes after a function body")
 		}
-		f.Expr = br.b[start:]
+		f.Expr = br.Since(start)
 		fs = append(fs, f)
 	}
 	return fs, nil
@@ -365,7 +371,7 @@ func (m *Module) Encode() []byte {
 	for _, s := range m.Sections {
 		body = s.appendBody(body[:0])
 		out = append(out, s.ID)
-		out = appendULEB(out, uint64(len(body)))
+		out = wasmbin.AppendULEB(out, uint64(len(body)))
 		out = append(out, body...)
 	}
 	return out
@@ -377,7 +383,7 @@ func (s *Section) appendBody(b []byte) []byte {
 		b = appendName(b, s.Name)
 		return append(b, s.Raw...)
 	case secGlobal:
-		b = appendULEB(b, uint64(len(s.Globals)))
+		b = wasmbin.AppendULEB(b, uint64(len(s.Globals)))
 		for _, g := range s.Globals {
 			mut := byte(0)
 			if g.Mutable {
@@ -388,21 +394,21 @@ func (s *Section) appendBody(b []byte) []byte {
 		}
 		return b
 	case secExport:
-		b = appendULEB(b, uint64(len(s.Exports)))
+		b = wasmbin.AppendULEB(b, uint64(len(s.Exports)))
 		for _, e := range s.Exports {
 			b = appendName(b, e.Name)
 			b = append(b, e.Kind)
-			b = appendULEB(b, uint64(e.Index))
+			b = wasmbin.AppendULEB(b, uint64(e.Index))
 		}
 		return b
 	case secStart:
-		return appendULEB(b, uint64(s.Start))
+		return wasmbin.AppendULEB(b, uint64(s.Start))
 	case secCode:
-		b = appendULEB(b, uint64(len(s.Funcs)))
+		b = wasmbin.AppendULEB(b, uint64(len(s.Funcs)))
 		var fb []byte
 		for _, f := range s.Funcs {
 			fb = f.appendBody(fb[:0])
-			b = appendULEB(b, uint64(len(fb)))
+			b = wasmbin.AppendULEB(b, uint64(len(fb)))
 			b = append(b, fb...)
 		}
 		return b
@@ -411,9 +417,9 @@ func (s *Section) appendBody(b []byte) []byte {
 }
 
 func (f *Func) appendBody(b []byte) []byte {
-	b = appendULEB(b, uint64(len(f.Locals)))
+	b = wasmbin.AppendULEB(b, uint64(len(f.Locals)))
 	for _, l := range f.Locals {
-		b = appendULEB(b, uint64(l.Count))
+		b = wasmbin.AppendULEB(b, uint64(l.Count))
 		b = append(b, l.Type)
 	}
 	return append(b, f.Expr...)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/sandboxd/sandboxd/internal/wasmbin"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
 
@@ -23,7 +24,7 @@ func exportModule(name string, kind byte, stateful bool) []byte {
 		wsection(secGlobal, wvec([]byte{0x7f, 0x01, 0x41, 0x00, 0x0b})),
 		wsection(secExport, wvec(wcat(wname("memory"), []byte{KindMemory, 0}), wcat(wname("handle"), []byte{KindFunc, 0}),
 			wcat(wname(name), []byte{kind, 0}))),
-		wsection(secCode, wvec(append(appendULEB(nil, uint64(len(code))), code...))))
+		wsection(secCode, wvec(append(wasmbin.AppendULEB(nil, uint64(len(code))), code...))))
 }
 
 // TestF02F04ReservedNames: every export name beginning with "sandboxd." is

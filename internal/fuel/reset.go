@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+
+	"github.com/sandboxd/sandboxd/internal/wasmbin"
 )
 
 // Instance reset (pass version 3).
@@ -154,23 +156,23 @@ func (p *resetPlan) checkRefs(expr []byte) {
 // scanCode refuses the instructions that change tables or segments, and any
 // use of a state-changing import other than a direct call.
 func (p *resetPlan) scanCode(expr []byte) {
-	r := &reader{b: expr}
-	err := scanExpr(r, func(k opKind, start, end int) {
+	r := wasmbin.NewReader(expr, 0)
+	err := wasmbin.ScanExpr(r, wasmbin.Refuse, func(k wasmbin.Op, start, end int) {
 		switch op := expr[start]; {
 		case op == 0x26:
 			p.refuse("it uses table.set")
 		case op == 0xfc:
-			ir := &reader{b: expr[:end], off: start + 1}
-			sub, _ := ir.u32()
+			ir := wasmbin.NewReader(expr[:end], start+1)
+			sub, _ := ir.U32()
 			switch sub {
 			case 9:
 				p.refuse("it uses data.drop")
 			case 12, 13, 14, 15, 17:
 				p.refuse("it uses a table instruction (0xfc %d)", sub)
 			}
-		case k == opFunc && op != 0x10:
-			ir := &reader{b: expr[:end], off: start + 1}
-			if f, err := ir.u32(); err == nil && p.stateful[f] {
+		case k == wasmbin.OpFunc && op != 0x10:
+			ir := wasmbin.NewReader(expr[:end], start+1)
+			if f, err := ir.U32(); err == nil && p.stateful[f] {
 				p.refuse("it refers to the state-changing import %d other than by a direct call", f)
 			}
 		}

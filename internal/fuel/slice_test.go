@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/wasmbin"
 )
 
 // sliceLoop is a reactor whose "spin" runs body (stack-neutral, using i64
@@ -19,7 +21,7 @@ func sliceLoop(body []byte) []byte {
 		wsection(secMemory, wvec([]byte{0x00, 0x01})),
 		wsection(secExport, wvec(wcat(wname("spin"), []byte{KindFunc, 0}))),
 		wsection(secElement, wvec([]byte{0x00, 0x41, 0x00, 0x0b, 0x01, 0x01})),
-		wsection(secCode, wvec(append(appendULEB(nil, uint64(len(code))), code...), []byte{0x04, 0x00, 0x41, 0x01, 0x0b})))
+		wsection(secCode, wvec(append(wasmbin.AppendULEB(nil, uint64(len(code))), code...), []byte{0x04, 0x00, 0x41, 0x01, 0x0b})))
 }
 
 // sliceMixes are instruction mixes whose time per Slice of fuel the tests

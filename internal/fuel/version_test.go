@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/wasmbin"
 )
 
 // versionedLoops counts the loops of an instrumented body that the pass
@@ -15,8 +17,8 @@ import (
 // appendLoopOpen) and the loops with the plain check after the header.
 func versionedLoops(t *testing.T, expr []byte) (versioned, plain int) {
 	t.Helper()
-	err := scanExpr(&reader{b: expr}, func(k opKind, start, end int) {
-		if k != opLoop {
+	err := wasmbin.ScanExpr(wasmbin.NewReader(expr, 0), wasmbin.Refuse, func(k wasmbin.Op, start, end int) {
+		if k != wasmbin.OpLoop {
 			return
 		}
 		switch {
@@ -25,19 +27,19 @@ func versionedLoops(t *testing.T, expr []byte) (versioned, plain int) {
 		case expr[end] == 0x20 && end+1 < len(expr):
 			// the check: local.get $d; i64.const C; i64.sub; local.tee $d;
 			// i64.const 0; i64.lt_s, then br_if 1 (versioned) or if
-			r := &reader{b: expr, off: end + 1}
-			if _, err := r.u32(); err != nil || r.off >= len(expr) || expr[r.off] != 0x42 {
+			r := wasmbin.NewReader(expr, end+1)
+			if _, err := r.U32(); err != nil || r.Offset() >= len(expr) || expr[r.Offset()] != 0x42 {
 				return
 			}
-			r.off++
-			if _, err := r.sleb(64); err != nil || r.off+2 > len(expr) || expr[r.off] != 0x7d || expr[r.off+1] != 0x22 {
+			r.SetOffset(r.Offset() + 1)
+			if _, err := r.SLEB(64); err != nil || r.Offset()+2 > len(expr) || expr[r.Offset()] != 0x7d || expr[r.Offset()+1] != 0x22 {
 				return
 			}
-			r.off += 2
-			if _, err := r.u32(); err != nil || r.off+5 > len(expr) {
+			r.SetOffset(r.Offset() + 2)
+			if _, err := r.U32(); err != nil || r.Offset()+5 > len(expr) {
 				return
 			}
-			if tail := expr[r.off : r.off+5]; string(tail) == "\x42\x00\x53\x04\x40" {
+			if tail := expr[r.Offset() : r.Offset()+5]; string(tail) == "\x42\x00\x53\x04\x40" {
 				plain++
 			}
 		}

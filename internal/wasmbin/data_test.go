@@ -12,8 +12,6 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
-
-	"github.com/sandboxd/sandboxd/internal/fuel"
 )
 
 // Hand-built modules. sec encodes a section, vec a vector of entries.
@@ -219,7 +217,7 @@ func TestPassiveDataMetered(t *testing.T) {
 		if len(b) > 1<<20 && name != "go_echo_reactor.wasm" {
 			continue
 		}
-		metered, _, err := fuel.Instrument(b)
+		metered, err := fuelInstrumentHook(b)
 		if err != nil {
 			continue // refused by the pass: the executor does not rewrite it
 		}
@@ -367,7 +365,7 @@ func memoryAfterInstantiationLimited(b []byte, init string, maxPages uint32) ([]
 	if err != nil {
 		return nil, err
 	}
-	if _, err := fuel.HostModule(ctx, r); err != nil { // for metered modules
+	if err := fuelHostModuleHook(ctx, r); err != nil { // for metered modules
 		return nil, err
 	}
 	if err := stubImports(ctx, r, cm); err != nil {
@@ -417,7 +415,7 @@ func FuzzPassiveData(f *testing.F) {
 		if len(b) > 1<<16 || CheckBudget(b, DefaultBudget) != nil {
 			return
 		}
-		if _, _, err := fuel.Instrument(b); err != nil {
+		if _, err := fuelInstrumentHook(b); err != nil {
 			return
 		}
 		// Whatever wazero accepts and instantiates, the rewritten module
