@@ -7,41 +7,8 @@ import (
 	"github.com/sandboxd/sandboxd/internal/wasmbin"
 )
 
-// Cost follows work (pass version 5; version 6 charges one unit per byte).
-//
-// The bulk instructions (memory.fill, memory.copy, memory.init, table.fill,
-// table.copy, table.init) and the growth instructions (memory.grow,
-// table.grow) do work proportional to an operand, so one such instruction
-// cannot cost one unit. The pass replaces each of them by a call of a
-// helper function it adds to the module (one per instruction and
-// immediates), which
-//
-//   - checks the bounds of the whole operation first: when it is out of
-//     bounds the helper executes the original instruction with its
-//     original operands, which traps with wazero's own trap and writes
-//     nothing; a passive segment is probed with a zero-length
-//     memory.init/table.init at its end (a dropped segment has length 0);
-//   - then does the operation in chunks of BulkChunkBytes bytes
-//     (BulkChunkElems table elements), and before each chunk charges its
-//     cost to the counter and checks it as a function entry does, so the
-//     guest refills (and so observes an interrupt, a deadline or a GC)
-//     between chunks, never after more than a chunk of work;
-//   - keeps the instruction's semantics: memory.copy and table.copy copy
-//     backwards when the destination is above the source (memmove).
-//
-// The rates: BulkByteShift (memory.fill), BulkCopyShift (memory.copy and
-// memory.init: a read and a write per byte), one unit per table element for
-// the table instructions, MemoryPageCost per page that memory.grow added
-// (charged after a growth that succeeded: wazero zeroes and copies the
-// memory in Go) and one unit per element for table.grow (charged before).
-//
-// table.grow also asks the host first: the pass adds the imports
-// ImportModule.ReserveName (i32) -> i32 and ImportModule.ReleaseName
-// (i32) -> [] (HostModule provides them; they call the TableAccount of the
-// call's context, and refuse growth without one), and the helper returns -1
-// without growing when the host refuses, or when the growth would pass the
-// table's declared maximum (so a growth that the account would allow but
-// wazero refuses is released).
+// The chunk sizes and rates of the bulk and growth helpers (see Bulk and
+// growth instructions in the package documentation).
 const (
 	// BulkChunkBytes is the most memory a helper touches between checks.
 	BulkChunkBytes = 64 << 10

@@ -14,7 +14,8 @@
 //     referenced (calls, ref.func, element segments, global initialisers,
 //     exports, the name section);
 //   - after the module's own functions, one helper function per bulk or
-//     growth instruction and immediates it uses (bulk.go): each such
+//     growth instruction and immediates it uses (see Bulk and growth
+//     instructions): each such
 //     instruction becomes a call of its helper, which checks bounds first,
 //     works in chunks of at most 64 KiB with a charge and a check per
 //     chunk, and charges fuel in proportion to the bytes or elements;
@@ -36,32 +37,9 @@
 //	  global.get $fuel; global.get $limit; i64.sub; local.set $d
 //	end
 //
-// A loop whose block type takes no parameters is versioned: the check at
-// its header branches out of it (br_if) to a refill path placed after the
-// loop, inside an outer loop that re-enters it,
-//
-//	block bt ;; $exit
-//	  loop bt ;; $outer
-//	    block ;; $refill
-//	      loop bt
-//	        local.get $d; i64.const C; i64.sub; local.tee $d
-//	        i64.const 0; i64.lt_s; br_if $refill
-//	        body ;; branches to labels outside the loop: depth + 3
-//	      end
-//	      br $exit
-//	    end
-//	    (the refill of the check above); $d += C; br $outer
-//	  end
-//	end
-//
-// which spends the same fuel at the same points (the re-entry pays C
-// again, which the refill path added back) but keeps the call out of the
-// loop, so that wazero's register allocator keeps the loop's values in
-// registers on its hot path (a Go function is one dispatch loop: with the
-// call inside it, every local was loaded and stored in each iteration).
-// Only the check's br_if names $refill, so the refill path, which adds C
-// back, is reached only after paying C. Loops with parameters, and the
-// loops of a function that keeps its count in the global, keep the if form.
+// A loop whose block type takes no parameters is versioned instead (see
+// Loop versioning): its check branches out of the loop to a refill path
+// after it, so that the call of $refill is not inside the loop.
 //
 // Before every call and every way out of the function (return, a branch to
 // the function's label, its final end) it writes $fuel = $d + $limit, and
@@ -87,6 +65,65 @@
 //	end
 //
 // because a caught exception would reach its handler without the reload.
+//
+// # Loop versioning
+//
+// In a function that keeps its count in a local, a loop whose block type
+// has no parameters (empty or one result type)
+//
+//	loop bt
+//	  body
+//	end
+//
+// becomes
+//
+//	block bt                     ;; $exit
+//	  loop bt                    ;; $outer
+//	    block                    ;; $refill
+//	      loop bt                ;; the loop itself
+//	        local.get $d; i64.const C; i64.sub; local.tee $d
+//	        i64.const 0; i64.lt_s
+//	        br_if $refill
+//	        body                 ;; depths of labels outside the loop + 3
+//	      end
+//	      br $exit
+//	    end
+//	    local.get $d; global.get $limit; i64.add; global.set $fuel
+//	    call $refill
+//	    global.get $fuel; global.get $limit; i64.lt_s
+//	    if unreachable end
+//	    global.get $fuel; global.get $limit; i64.sub
+//	    i64.const C; i64.add; local.set $d
+//	    br $outer
+//	  end
+//	end
+//
+// It spends the same fuel and checks at the same points as the plain check
+// (appendLocal): every iteration passes the subtraction and the comparison;
+// when the count drops below zero the refill path syncs the global, calls
+// $refill, traps or reloads the count, and re-enters the loop through its
+// header with C added back, so that the header's subtraction leaves exactly
+// what the plain check leaves after a refill (at least 0: it never branches
+// to $refill twice in a row). What changes is only where the call sits: in
+// the plain form it is inside the loop, on a path from the header to the
+// body, and wazero's register allocator (wazevo), which starts each block
+// from one predecessor's register state, keeps the loop's values in stack
+// slots on the hot path after it (a Go function is one dispatch loop, so
+// each of its locals paid a load and a store per iteration); versioned, the
+// call is in the outer loop, which the hot path never enters.
+//
+// The body's branches to labels outside the loop get their depths raised
+// by 3 for each versioned loop they leave (shiftBranch); branches to the
+// loop itself (continue) and to frames inside it are unchanged. So no
+// instruction of the module names $exit, $outer or $refill: only the
+// check's br_if enters the refill path, after paying C. That matters: the
+// refill path adds C back, and a branch that reached it without paying
+// (a wrong shift) would make a loop that spends nothing
+// (TestLoopVersioningDifferential and TestLoopVersioningKeepsFuel catch
+// one). A loop with parameters (a type-index block type) keeps the plain
+// check: br_if $refill would drop its parameters. So does every loop of a function that
+// keeps its count in the global (one with a try_table, whose catch clauses
+// name labels too).
 //
 // # Decoding exactly as wazero does
 //
@@ -116,7 +153,7 @@
 // after the pass adds its own globals and local, such an index would name
 // the counter, the floor or the dirty flag and let the guest refill itself.
 //
-// The pass also prepares instance reset (reset.go): for a module it finds
+// The pass also prepares instance reset (see Instance reset): for a module it finds
 // resettable it exports every mutable global and a dirty flag that calls of
 // state-changing WASI imports set.
 //
@@ -132,13 +169,81 @@
 // and it is the same on every machine. Every backward jump goes through a
 // loop header and every call through a function entry, so the work between
 // two checks is bounded by the size of one function body: the bulk
-// instructions run in checked chunks (bulk.go), and host functions call
+// instructions run in checked chunks (see Bulk and growth instructions), and host functions call
 // Check and Charge. memory.grow and table.grow are single operations
 // (charged per page or element; bounded by memMB and the TableAccount).
 //
 // A Wasm start function would run inside instantiation, before the host
 // could set the counter, so Instrument removes the start section and exports
 // the start function as StartExport; the host calls it after instantiating.
+//
+// # Bulk and growth instructions
+//
+// Cost follows work (pass version 5; version 6 charges one unit per byte).
+//
+// The bulk instructions (memory.fill, memory.copy, memory.init, table.fill,
+// table.copy, table.init) and the growth instructions (memory.grow,
+// table.grow) do work proportional to an operand, so one such instruction
+// cannot cost one unit. The pass replaces each of them by a call of a
+// helper function it adds to the module (one per instruction and
+// immediates), which
+//
+//   - checks the bounds of the whole operation first: when it is out of
+//     bounds the helper executes the original instruction with its
+//     original operands, which traps with wazero's own trap and writes
+//     nothing; a passive segment is probed with a zero-length
+//     memory.init/table.init at its end (a dropped segment has length 0);
+//   - then does the operation in chunks of BulkChunkBytes bytes
+//     (BulkChunkElems table elements), and before each chunk charges its
+//     cost to the counter and checks it as a function entry does, so the
+//     guest refills (and so observes an interrupt, a deadline or a GC)
+//     between chunks, never after more than a chunk of work;
+//   - keeps the instruction's semantics: memory.copy and table.copy copy
+//     backwards when the destination is above the source (memmove).
+//
+// The rates: BulkByteShift (memory.fill), BulkCopyShift (memory.copy and
+// memory.init: a read and a write per byte), one unit per table element for
+// the table instructions, MemoryPageCost per page that memory.grow added
+// (charged after a growth that succeeded: wazero zeroes and copies the
+// memory in Go) and one unit per element for table.grow (charged before).
+//
+// table.grow also asks the host first: the pass adds the imports
+// ImportModule.ReserveName (i32) -> i32 and ImportModule.ReleaseName
+// (i32) -> [] (HostModule provides them; they call the TableAccount of the
+// call's context, and refuse growth without one), and the helper returns -1
+// without growing when the host refuses, or when the growth would pass the
+// table's declared maximum (so a growth that the account would allow but
+// wazero refuses is released).
+//
+// # Instance reset
+//
+// Since pass version 3.
+//
+// A host that gives every call a fresh instance can instead put a used
+// instance back into the state its instantiation produced, if it can restore
+// every piece of state the guest can change: linear memory (contents and
+// size), mutable globals, tables, dropped segments, and whatever the host
+// keeps per instance. The pass decides statically whether that is possible
+// and, when it is, makes the state reachable from the host:
+//
+//   - every defined mutable global is exported as GlobalSnapshotExport
+//     followed by its position among them (sandboxd.g0, sandboxd.g1, …), so
+//     the host can read it after instantiation and write it back;
+//   - a mutable i32 global, exported as DirtyExport, is set to 1 before every
+//     direct call of an imported function that changes host-side state (a
+//     WASI function outside statelessWASI): a host finding it set after a
+//     call must discard the instance instead of resetting it.
+//
+// A module is resettable when it imports nothing but functions; all of its
+// mutable globals hold numbers (i32, i64, f32, f64); no code changes a table
+// or drops a segment (table.set, table.grow, table.fill, table.copy,
+// table.init, elem.drop, data.drop); its imports come from
+// wasi_snapshot_preview1, HostStatelessModule, ExtismStatelessModule or
+// ImportModule; and every use
+// of a state-changing import is a direct call (never return_call, ref.func,
+// an element segment or an export), so that the dirty flag sees every one.
+// Memory growth is not decided statically: the host compares the size after
+// a call with the size it saved.
 //
 // # Host side
 //

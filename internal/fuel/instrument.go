@@ -77,7 +77,7 @@ type Stats struct {
 	// the module's own functions are then numbered three higher.
 	TableImports bool
 	// Helpers is the number of functions the pass appended after the
-	// module's own (bulk.go); MemoryGrows and TableGrows count the
+	// module's own (its bulk and growth helpers); MemoryGrows and TableGrows count the
 	// distinct memory.grow and table.grow helpers among them.
 	Helpers                 int
 	MemoryGrows, TableGrows int

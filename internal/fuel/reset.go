@@ -8,33 +8,8 @@ import (
 	"github.com/sandboxd/sandboxd/internal/wasmbin"
 )
 
-// Instance reset (pass version 3).
-//
-// A host that gives every call a fresh instance can instead put a used
-// instance back into the state its instantiation produced, if it can restore
-// every piece of state the guest can change: linear memory (contents and
-// size), mutable globals, tables, dropped segments, and whatever the host
-// keeps per instance. The pass decides statically whether that is possible
-// and, when it is, makes the state reachable from the host:
-//
-//   - every defined mutable global is exported as GlobalSnapshotExport
-//     followed by its position among them (sandboxd.g0, sandboxd.g1, …), so
-//     the host can read it after instantiation and write it back;
-//   - a mutable i32 global, exported as DirtyExport, is set to 1 before every
-//     direct call of an imported function that changes host-side state (a
-//     WASI function outside statelessWASI): a host finding it set after a
-//     call must discard the instance instead of resetting it.
-//
-// A module is resettable when it imports nothing but functions; all of its
-// mutable globals hold numbers (i32, i64, f32, f64); no code changes a table
-// or drops a segment (table.set, table.grow, table.fill, table.copy,
-// table.init, elem.drop, data.drop); its imports come from
-// wasi_snapshot_preview1, HostStatelessModule, ExtismStatelessModule or
-// ImportModule; and every use
-// of a state-changing import is a direct call (never return_call, ref.func,
-// an element segment or an export), so that the dirty flag sees every one.
-// Memory growth is not decided statically: the host compares the size after
-// a call with the size it saved.
+// The names instance reset uses (see Instance reset in the package
+// documentation).
 const (
 	// DirtyExport is the dirty flag of a resettable module.
 	DirtyExport = "sandboxd.dirty"
@@ -46,8 +21,7 @@ const (
 	HostStatelessModule = "sandboxd_v1"
 	// ExtismStatelessModule is the Extism ABI's import module: sandboxd's
 	// Extism kernel belongs to the call, and the vars it keeps per instance
-	// are emptied at every call of a recyclable (context-isolated) tool
-	// (executor/extism.go).
+	// are emptied at every call of a recyclable (context-isolated) tool.
 	ExtismStatelessModule = "extism:host/env"
 )
 

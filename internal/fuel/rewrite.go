@@ -25,7 +25,7 @@ type checker struct {
 	fuel, limit, refill, dirty uint32
 	stateful                   map[uint32]bool
 	local                      int64
-	bulk                       *helpers // the module's helpers (bulk.go)
+	bulk                       *helpers // the module's bulk and growth helpers
 	plainLoops                 bool     // never version loops (options)
 }
 
@@ -250,64 +250,6 @@ const (
 	editLoopOpen                  // open the frames around a versioned loop
 	editLoopClose                 // close them, with the refill path between
 )
-
-// Loop versioning. In a function that keeps its count in a local, a loop
-// whose block type has no parameters (empty or one result type)
-//
-//	loop bt
-//	  body
-//	end
-//
-// becomes
-//
-//	block bt                     ;; $exit
-//	  loop bt                    ;; $outer
-//	    block                    ;; $refill
-//	      loop bt                ;; the loop itself
-//	        local.get $d; i64.const C; i64.sub; local.tee $d
-//	        i64.const 0; i64.lt_s
-//	        br_if $refill
-//	        body                 ;; depths of labels outside the loop + 3
-//	      end
-//	      br $exit
-//	    end
-//	    local.get $d; global.get $limit; i64.add; global.set $fuel
-//	    call $refill
-//	    global.get $fuel; global.get $limit; i64.lt_s
-//	    if unreachable end
-//	    global.get $fuel; global.get $limit; i64.sub
-//	    i64.const C; i64.add; local.set $d
-//	    br $outer
-//	  end
-//	end
-//
-// It spends the same fuel and checks at the same points as the plain check
-// (appendLocal): every iteration passes the subtraction and the comparison;
-// when the count drops below zero the refill path syncs the global, calls
-// $refill, traps or reloads the count, and re-enters the loop through its
-// header with C added back, so that the header's subtraction leaves exactly
-// what the plain check leaves after a refill (at least 0: it never branches
-// to $refill twice in a row). What changes is only where the call sits: in
-// the plain form it is inside the loop, on a path from the header to the
-// body, and wazero's register allocator (wazevo), which starts each block
-// from one predecessor's register state, keeps the loop's values in stack
-// slots on the hot path after it (a Go function is one dispatch loop, so
-// each of its locals paid a load and a store per iteration); versioned, the
-// call is in the outer loop, which the hot path never enters.
-//
-// The body's branches to labels outside the loop get their depths raised
-// by 3 for each versioned loop they leave (shiftBranch); branches to the
-// loop itself (continue) and to frames inside it are unchanged. So no
-// instruction of the module names $exit, $outer or $refill: only the
-// check's br_if enters the refill path, after paying C. That matters: the
-// refill path adds C back, and a branch that reached it without paying
-// (a wrong shift) would make a loop that spends nothing
-// (TestLoopVersioningDifferential and TestLoopVersioningKeepsFuel catch
-// one). A loop
-// with parameters (a type-index block type) keeps the plain check: br_if
-// $refill would drop its parameters. So does every loop of a function that
-// keeps its count in the global (one with a try_table, whose catch clauses
-// name labels too).
 
 // versionable reports whether a loop with block type bt (the loop
 // instruction's immediate) can be versioned: bt is empty or one value type,

@@ -52,8 +52,8 @@ type Budget struct {
 }
 
 // DefaultBudget is the compile budget sandboxd applies. It was derived on a
-// 2-core x86-64 machine with wazero v1.12 (TestMeasureCompileShapes; the
-// figures are in the package's budget_test.go):
+// 2-core x86-64 machine with wazero v1.12 (TestMeasureCompileShapes
+// measures; TestF16CompileBomb checks that the bombs below are over it):
 //
 //   - the F16 bomb (one loop updating N i32 locals, each read twice):
 //     N=10,000 (carried 10k, weight 4e8) 0.27 s; N=20,000 (20k, 1.6e9)

@@ -8,7 +8,7 @@ import (
 
 // The tests of PassiveData also rewrite the fuel pass's output, but
 // internal/fuel imports this package, so a test in it cannot import
-// internal/fuel; the external test package (fuel_test.go's init) sets these
+// internal/fuel; the external test package (its init) sets these
 // to fuel.Instrument and fuel.HostModule.
 var (
 	fuelInstrumentHook func([]byte) ([]byte, error)

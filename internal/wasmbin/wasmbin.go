@@ -1,15 +1,3 @@
-// Package wasmbin is sandboxd's one reader of WebAssembly binaries, read as
-// wazero v1.12 reads them: LEB128 integers, names, value types and limits
-// (Reader), and instruction streams (ScanExpr), which internal/fuel reads
-// too before it rewrites them. On top of it, it reads the parts of a
-// binary that sandboxd checks before it instantiates a module and that
-// wazero's public API does not expose (every import, including tables and
-// globals, and table limits: Parse), bounds what compiling a module may
-// cost (CheckBudget), caps tables (LimitTables) and rewrites data segments
-// (MergeData, PassiveData).
-//
-// It is a reader, not a validator: what it accepts is for wazero to
-// validate. It never panics on malformed input.
 package wasmbin
 
 import "fmt"
