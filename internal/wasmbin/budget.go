@@ -125,11 +125,6 @@ func CheckBudget(b []byte, budget Budget) error {
 }
 
 func scanShapes(b []byte, budget Budget) ([]FuncShape, error) {
-	r := &Reader{b: b}
-	if len(b) < 8 || string(b[:4]) != "\x00asm" {
-		return nil, r.Fail("missing magic")
-	}
-	r.off = 8
 	var (
 		typeParams []uint64 // params per type
 		funcTypes  []uint32 // type per defined function
@@ -138,21 +133,13 @@ func scanShapes(b []byte, budget Budget) ([]FuncShape, error) {
 		over       *BudgetError
 		nameSec    *Reader
 	)
-	for r.off < len(b) {
-		id, err := r.Byte()
+	for s, err := range sections(b) {
 		if err != nil {
 			return nil, err
 		}
-		size, err := r.ULEB(32)
-		if err != nil {
-			return nil, err
-		}
-		if size > uint64(len(b)-r.off) {
-			return nil, r.Fail("section past end")
-		}
-		end := r.off + int(size)
-		sec := &Reader{b: b[:end], off: r.off}
-		switch id {
+		end, size := s.end, uint64(s.end-s.body)
+		sec := s.reader(b)
+		switch s.id {
 		case 0:
 			if n, err := sec.Name(); err == nil && n == "name" {
 				nameSec = sec
@@ -236,7 +223,6 @@ func scanShapes(b []byte, budget Budget) ([]FuncShape, error) {
 				over = &BudgetError{Limit: "carried values squared in total", Value: totalCarriedSq, Max: budget.MaxModuleCarriedSq}
 			}
 		}
-		r.off = end
 	}
 	if over != nil {
 		if nameSec != nil {

@@ -23,6 +23,7 @@ const (
 	secType      = 1
 	secImport    = 2
 	secFunction  = 3
+	secTable     = 4
 	secMemory    = 5
 	secExport    = 7
 	secStart     = 8
@@ -84,13 +85,6 @@ func PassiveData(b []byte) ([]byte, string) {
 	return out, DataInitExport
 }
 
-// section is one section of a module: its id byte is at b[start], its body
-// is b[body:end].
-type section struct {
-	id               byte
-	start, body, end int
-}
-
 // segment is one data segment: bytes at memory offset off.
 type segment struct {
 	off  uint64
@@ -150,24 +144,13 @@ func rewriteData(b []byte, passive bool) ([]byte, bool) {
 
 // readDataPlan reads b and reports whether the rewrite applies.
 func readDataPlan(b []byte, passive bool) (*dataPlan, bool) {
-	if len(b) < 8 || string(b[:4]) != "\x00asm" {
-		return nil, false
-	}
 	p := &dataPlan{}
-	r := &Reader{b: b, off: 8}
 	lastRank := 0
-	for r.off < len(b) {
-		start := r.off
-		id, err := r.Byte()
+	for s, err := range sections(b) {
 		if err != nil {
 			return nil, false
 		}
-		size, err := r.ULEB(32)
-		if err != nil || size > uint64(len(b)-r.off) {
-			return nil, false
-		}
-		s := section{id: id, start: start, body: r.off, end: r.off + int(size)}
-		r.off = s.end
+		id := s.id
 		if id != secCustom {
 			if int(id) >= len(sectionRank) || sectionRank[id] <= lastRank {
 				return nil, false // unknown, repeated or out of order
@@ -512,28 +495,13 @@ func ExportsFunction(b []byte, name string) bool {
 // findSection returns a reader over the body of b's first section with id,
 // or nil when b has none; an error when b cannot be read that far.
 func findSection(b []byte, id byte) (*Reader, error) {
-	r := &Reader{b: b}
-	if len(b) < 8 || string(b[:4]) != "\x00asm" {
-		return nil, r.Fail("missing magic")
-	}
-	r.off = 8
-	for r.off < len(b) {
-		sid, err := r.Byte()
+	for s, err := range sections(b) {
 		if err != nil {
 			return nil, err
 		}
-		size, err := r.ULEB(32)
-		if err != nil {
-			return nil, err
+		if s.id == id {
+			return s.reader(b), nil
 		}
-		if size > uint64(len(b)-r.off) {
-			return nil, r.Fail("section past end")
-		}
-		end := r.off + int(size)
-		if sid == id {
-			return &Reader{b: b[:end], off: r.off}, nil
-		}
-		r.off = end
 	}
 	return nil, nil
 }

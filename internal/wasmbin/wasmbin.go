@@ -1,6 +1,9 @@
 package wasmbin
 
-import "fmt"
+import (
+	"fmt"
+	"iter"
+)
 
 // ExternKind is the kind of an import or export.
 type ExternKind byte
@@ -50,38 +53,68 @@ type Module struct {
 	Tables  []Limits // defined tables (imported ones are in Imports)
 }
 
+// section is one section of a module: its id byte is at b[start], its body
+// is b[body:end].
+type section struct {
+	id               byte
+	start, body, end int
+}
+
+// sections yields the sections of the module b in order: after a module
+// without the magic, or a section header or body past the end, it yields
+// that error (ErrMalformed) and stops.
+func sections(b []byte) iter.Seq2[section, error] {
+	return func(yield func(section, error) bool) {
+		r := &Reader{b: b}
+		if len(b) < 8 || string(b[:4]) != "\x00asm" {
+			yield(section{}, r.Fail("missing magic"))
+			return
+		}
+		r.off = 8
+		for r.off < len(b) {
+			start := r.off
+			id, err := r.Byte()
+			if err != nil {
+				yield(section{}, err)
+				return
+			}
+			size, err := r.ULEB(32)
+			if err != nil {
+				yield(section{}, err)
+				return
+			}
+			if size > uint64(len(b)-r.off) {
+				yield(section{}, r.Fail("section past end"))
+				return
+			}
+			s := section{id: id, start: start, body: r.off, end: r.off + int(size)}
+			r.off = s.end
+			if !yield(s, nil) {
+				return
+			}
+		}
+	}
+}
+
+// reader returns a reader of s's body in b, offsets counted from b's start.
+func (s section) reader(b []byte) *Reader { return &Reader{b: b[:s.end], off: s.body} }
+
 // Parse reads the import and table sections of a module binary.
 func Parse(b []byte) (*Module, error) {
-	r := &Reader{b: b}
-	if len(b) < 8 || string(b[:4]) != "\x00asm" {
-		return nil, r.Fail("missing magic")
-	}
-	r.off = 8
 	m := &Module{}
-	for r.off < len(b) {
-		id, err := r.Byte()
+	for s, err := range sections(b) {
 		if err != nil {
 			return nil, err
 		}
-		size, err := r.ULEB(32)
+		switch s.id {
+		case secImport:
+			err = parseImports(s.reader(b), m)
+		case secTable:
+			err = parseTables(s.reader(b), m)
+		}
 		if err != nil {
 			return nil, err
 		}
-		if size > uint64(len(b)-r.off) {
-			return nil, r.Fail("section past end")
-		}
-		sec := &Reader{b: b[:r.off+int(size)], off: r.off}
-		switch id {
-		case 2:
-			if err := parseImports(sec, m); err != nil {
-				return nil, err
-			}
-		case 4:
-			if err := parseTables(sec, m); err != nil {
-				return nil, err
-			}
-		}
-		r.off += int(size)
 	}
 	return m, nil
 }
@@ -177,31 +210,15 @@ func parseTables(r *Reader, m *Module) error {
 // exceeds maxElems are left alone for the caller's own check. b is returned
 // unchanged when no table needs a new maximum.
 func LimitTables(b []byte, maxElems uint64) ([]byte, error) {
-	r := &Reader{b: b}
-	if len(b) < 8 || string(b[:4]) != "\x00asm" {
-		return nil, r.Fail("missing magic")
-	}
-	r.off = 8
-	for r.off < len(b) {
-		secStart := r.off
-		id, err := r.Byte()
+	for s, err := range sections(b) {
 		if err != nil {
 			return nil, err
 		}
-		size, err := r.ULEB(32)
-		if err != nil {
-			return nil, err
-		}
-		if size > uint64(len(b)-r.off) {
-			return nil, r.Fail("section past end")
-		}
-		body := r.off
-		end := r.off + int(size)
-		if id != 4 {
-			r.off = end
+		if s.id != secTable {
 			continue
 		}
-		sec := &Reader{b: b[:end], off: body}
+		secStart, end := s.start, s.end
+		sec := s.reader(b)
 		n, err := sec.ULEB(32)
 		if err != nil {
 			return nil, err
