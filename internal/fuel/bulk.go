@@ -95,7 +95,7 @@ func (m *Module) tables() ([]tableType, error) {
 				}
 				continue
 			}
-			if err := skipImportDesc(r); err != nil {
+			if _, err := importDesc(r); err != nil {
 				return nil, err
 			}
 		}

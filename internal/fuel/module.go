@@ -216,7 +216,7 @@ func decodeImports(r *wasmbin.Reader, m *Module) error {
 		if err != nil {
 			return err
 		}
-		kind, err := r.Byte()
+		kind, err := importDesc(r)
 		if err != nil {
 			return err
 		}
@@ -227,34 +227,45 @@ func decodeImports(r *wasmbin.Reader, m *Module) error {
 		case KindFunc:
 			m.ImportedFuncs++
 			m.FuncImports = append(m.FuncImports, FuncImport{mod, name})
-			_, err = r.U32()
-		case KindTable:
-			if err = r.Valtype(); err == nil {
-				_, err = r.Limits()
-			}
-		case KindMemory:
-			_, err = r.Limits()
 		case KindGlobal:
 			m.ImportedGlobals++
-			if err = r.Valtype(); err == nil {
-				err = mutability(r)
-			}
-		case KindTag:
-			var attr byte
-			if attr, err = r.Byte(); err == nil && attr != 0 {
-				err = r.Fail("bad tag attribute")
-			}
-			if err == nil {
-				_, err = r.U32()
-			}
-		default:
-			return r.Fail(fmt.Sprintf("import kind %d", kind))
-		}
-		if err != nil {
-			return err
 		}
 	}
 	return nil
+}
+
+// importDesc reads an import's descriptor (what follows its two names) and
+// returns its kind.
+func importDesc(r *wasmbin.Reader) (byte, error) {
+	kind, err := r.Byte()
+	if err != nil {
+		return 0, err
+	}
+	switch kind {
+	case KindFunc:
+		_, err = r.U32()
+	case KindTable:
+		if err = r.Valtype(); err == nil {
+			_, err = r.Limits()
+		}
+	case KindMemory:
+		_, err = r.Limits()
+	case KindGlobal:
+		if err = r.Valtype(); err == nil {
+			err = mutability(r)
+		}
+	case KindTag:
+		var attr byte
+		if attr, err = r.Byte(); err == nil && attr != 0 {
+			err = r.Fail("bad tag attribute")
+		}
+		if err == nil {
+			_, err = r.U32()
+		}
+	default:
+		return 0, r.Fail(fmt.Sprintf("import kind %d", kind))
+	}
+	return kind, err
 }
 
 func mutability(r *wasmbin.Reader) error {

@@ -61,7 +61,7 @@ func (m *Module) addImports(fs []importFunc) error {
 			if _, err := r.Name(); err != nil {
 				return err
 			}
-			if err := skipImportDesc(r); err != nil {
+			if _, err := importDesc(r); err != nil {
 				return err
 			}
 		}
@@ -76,34 +76,6 @@ func (m *Module) addImports(fs []importFunc) error {
 	}
 	s.Raw = raw
 	return nil
-}
-
-func skipImportDesc(r *wasmbin.Reader) error {
-	kind, err := r.Byte()
-	if err != nil {
-		return err
-	}
-	switch kind {
-	case KindFunc:
-		_, err = r.U32()
-	case KindTable:
-		if err = r.Valtype(); err == nil {
-			_, err = r.Limits()
-		}
-	case KindMemory:
-		_, err = r.Limits()
-	case KindGlobal:
-		if err = r.Valtype(); err == nil {
-			err = mutability(r)
-		}
-	case KindTag:
-		if _, err = r.Byte(); err == nil {
-			_, err = r.U32()
-		}
-	default:
-		err = r.Fail("bad import kind")
-	}
-	return err
 }
 
 // remapElements renumbers the function indices of an element section.
