@@ -15,6 +15,9 @@ import (
 // (F16: a 1.1 MB module took 56 s). The limits are wasmbin.DefaultBudget,
 // derived from measurement; the message names the function and the limit.
 func checkCompileBudget(bin []byte) error {
+	if msg := notWasm(bin); msg != "" {
+		return toolerr.New(toolerr.HandlerShapeInvalid, "%s", msg)
+	}
 	err := wasmbin.CheckBudget(bin, wasmbin.DefaultBudget)
 	if err == nil {
 		return nil
