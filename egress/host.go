@@ -8,7 +8,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"golang.org/x/text/unicode/norm"
+	"golang.org/x/net/idna"
 )
 
 // Host is a normalised destination host: either a DNS name (lower-case ASCII,
@@ -42,8 +42,8 @@ const (
 // ParseHost normalises a URL host (without port): an IPv6 literal in
 // brackets, an IPv4 literal in any spelling a resolver would accept
 // (decimal, octal, hex, fewer than four parts — WHATWG URL host parsing),
-// or a DNS name, which is lower-cased, stripped of one trailing dot and
-// converted to IDNA A-labels. It refuses empty names, zones, and characters
+// or a DNS name, which UTS #46 ToASCII maps to lower-case A-labels
+// (hostProfile) and which is stripped of one trailing dot. It refuses empty names, zones, and characters
 // outside letters, digits, '-' and '_'.
 func ParseHost(s string) (Host, error) {
 	if s == "" {
@@ -79,48 +79,46 @@ func ParseHost(s string) (Host, error) {
 	return Host{Name: name}, nil
 }
 
-// normalizeName lower-cases, strips one trailing dot and applies IDNA
-// ToASCII (NFKC, lower case, Punycode) label by label.
+// hostProfile is UTS #46 ToASCII (golang.org/x/net/idna) with the lookup
+// profile's processing: nontransitional (ß, ς, ZWJ and ZWNJ kept, as in
+// IDNA2008), the UTS #46 mapping (case folding, compatibility forms, the
+// ideographic and full-width dots as label separators, default ignorables
+// such as U+00AD and U+200B removed), disallowed code points refused,
+// CheckBidi, CheckJoiners, and xn-- labels decoded and checked to be what
+// the mapping would produce. Two ASCII rules of idna.Lookup are off, as
+// WHATWG URL host parsing has them: UseSTD3ASCIIRules (normalizeName checks
+// the ASCII itself and keeps '_', as in "_dmarc.example.com") and
+// CheckHyphens ("r3---sn-abc.googlevideo.com" is a real host name).
+var hostProfile = idna.New(
+	idna.MapForLookup(),
+	idna.Transitional(false),
+	idna.BidiRule(),
+	idna.StrictDomainName(false),
+	idna.CheckHyphens(false),
+)
+
+// normalizeName applies UTS #46 ToASCII (hostProfile), strips one trailing
+// dot (a mapped one too: "example.com\u3002") and checks what remains:
+// labels non-empty, of letters, digits, '-' and '_', at most 63 bytes, the
+// name at most 253.
 func normalizeName(s string) (string, error) {
 	if !utf8.ValidString(s) {
 		return "", errors.New("host is not valid UTF-8")
 	}
-	s = strings.TrimSuffix(s, ".")
-	if s == "" {
+	if s == "" || s == "." {
 		return "", errors.New("empty host")
 	}
-	ascii := true
-	for i := 0; i < len(s); i++ {
-		if s[i] >= 0x80 {
-			ascii = false
-			break
-		}
+	out, err := hostProfile.ToASCII(s)
+	if err != nil {
+		return "", fmt.Errorf("host %q is not a valid internationalised domain name (UTS #46): %s", s, strings.TrimPrefix(err.Error(), "idna: "))
 	}
-	if !ascii {
-		// IDNA2008 / UTS #46 mapping, approximated by NFKC and lower case;
-		// the full-width dot variants separate labels as in UTS #46.
-		s = strings.ToLower(norm.NFKC.String(s))
-		s = strings.NewReplacer("\u3002", ".", "\uff0e", ".", "\uff61", ".").Replace(s)
-	} else {
-		s = strings.ToLower(s)
+	out = strings.TrimSuffix(out, ".")
+	if out == "" {
+		return "", errors.New("empty host")
 	}
-	labels := strings.Split(s, ".")
-	for i, l := range labels {
+	for l := range strings.SplitSeq(out, ".") {
 		if l == "" {
 			return "", fmt.Errorf("empty label in host %q", s)
-		}
-		if !isASCII(l) {
-			for _, r := range l {
-				if r < 0x80 && !isLDH(byte(r)) || r == utf8.RuneError || isSpaceOrControl(r) {
-					return "", fmt.Errorf("invalid character %q in host", r)
-				}
-			}
-			enc, err := punycodeEncode(l)
-			if err != nil {
-				return "", fmt.Errorf("host label %q: %v", l, err)
-			}
-			l = "xn--" + enc
-			labels[i] = l
 		}
 		for j := 0; j < len(l); j++ {
 			if !isLDH(l[j]) {
@@ -131,30 +129,14 @@ func normalizeName(s string) (string, error) {
 			return "", fmt.Errorf("host label longer than %d bytes", maxLabelLen)
 		}
 	}
-	out := strings.Join(labels, ".")
 	if len(out) > maxNameLen {
 		return "", fmt.Errorf("host longer than %d bytes", maxNameLen)
 	}
 	return out, nil
 }
 
-func isASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] >= 0x80 {
-			return false
-		}
-	}
-	return true
-}
-
 func isLDH(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_'
-}
-
-func isSpaceOrControl(r rune) bool {
-	return r <= 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) || r == 0x85 || r == 0xa0 ||
-		r == 0x1680 || (r >= 0x2000 && r <= 0x200f) || r == 0x2028 || r == 0x2029 ||
-		r == 0x202f || r == 0x205f || r == 0x3000 || r == 0xfeff
 }
 
 // endsInNumber reports whether the last label is numeric (decimal digits
