@@ -114,6 +114,7 @@ func defaultsReach(root *jsonschema.Schema) map[*jsonschema.Schema]bool {
 type filler struct {
 	reach  map[*jsonschema.Schema]bool
 	filled bool
+	m      *meter // the validation's work account (meter.go)
 }
 
 // fill applies s to v. active holds the schemas already applied to v (a
@@ -122,6 +123,7 @@ func (f *filler) fill(s *jsonschema.Schema, v any, nested int, active []*jsonsch
 	if s == nil || !f.reach[s] || slices.Contains(active, s) {
 		return
 	}
+	f.m.add(charge(v, 1, 1))
 	active = append(active, s)
 	// Ajv evaluates $ref and allOf before the object keywords.
 	f.fill(s.Ref, v, nested, active)

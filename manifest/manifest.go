@@ -156,7 +156,10 @@ func parse(data []byte) (*Manifest, map[string]any, error) {
 		return nil, nil, &toolerr.Error{Code: toolerr.InvalidToolDefinition, Message: jsonProblem("manifest", err), Err: err}
 	}
 	id, _ := lookup(d.v, []string{"id"}).(string)
-	if issues := toolSchema().validate(d.v); len(issues) > 0 {
+	if issues, err := toolSchema().validateTree(d.v); err != nil || len(issues) > 0 {
+		if err != nil {
+			return nil, nil, (&toolerr.Error{Code: toolerr.InvalidToolDefinition, Message: "manifest: " + err.Error(), Err: err}).WithTool(id)
+		}
 		return nil, nil, (&toolerr.Error{
 			Code:    toolerr.InvalidToolDefinition,
 			Message: "invalid tool manifest: " + joinFirst(explain("manifest", d.v, toolSchemaDoc(), issues)),

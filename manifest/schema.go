@@ -23,10 +23,12 @@ const docURL = "sandboxd:///schema.json"
 // Schema is a compiled JSON Schema. It is immutable and safe for concurrent
 // use by many goroutines.
 type Schema struct {
-	sch   *jsonschema.Schema
+	sch   *jsonschema.Schema          // the first compiled copy (fill, reach, issues)
+	pool  *copyPool                   // meter.go: copies for validations
 	doc   any                         // the decoded schema document, never mutated
 	reach map[*jsonschema.Schema]bool // subschemas leading to a default (nil: none)
 	fast  *fastObject                 // fastpath.go; nil when the schema is not of its shape
+	leaf  int64                       // meter.go: the heaviest ownWeight of any subschema
 }
 
 // dialects a schema may declare with $schema.
@@ -81,17 +83,15 @@ func compileSchema(pointer string, doc any, rule dialectRule) (s *Schema, err er
 			s, err = nil, invalidSchema(pointer, pointer, fmt.Sprintf("schema could not be compiled: %v", r), nil, nil)
 		}
 	}()
-	c := jsonschema.NewCompiler()
-	c.DefaultDraft(jsonschema.Draft2020)
-	c.AssertFormat()
-	c.UseLoader(noLoader{})
-	if err := c.AddResource(docURL, doc); err != nil {
-		return nil, invalidSchema(pointer, pointer, err.Error(), nil, err)
+	first, err := compileCopy(doc)
+	var aerr addResourceError
+	if errors.As(err, &aerr) {
+		return nil, invalidSchema(pointer, pointer, aerr.err.Error(), nil, aerr.err)
 	}
-	sch, err := c.Compile(docURL)
 	if err != nil {
 		return nil, compileError(pointer, doc, err)
 	}
+	sch := first.sch
 	if at, ok := checkCounts(doc, sch); ok {
 		return nil, invalidSchema(pointer, pointer+at, fmt.Sprintf("value is too large (more than %d)", math.MaxInt32), nil, nil)
 	}
@@ -102,7 +102,32 @@ func compileSchema(pointer string, doc any, rule dialectRule) (s *Schema, err er
 	if cost(sch) > maxSchemaCost {
 		return nil, invalidSchema(pointer, pointer, "schema is too complex: validating one value would evaluate more than 1000000 subschemas", nil, nil)
 	}
-	return &Schema{sch: sch, doc: doc, reach: defaultsReach(sch), fast: compileFast(doc)}, nil
+	pool := &copyPool{free: []*meteredCopy{first}, build: func() (*meteredCopy, error) { return compileCopy(doc) }}
+	return &Schema{sch: sch, pool: pool, doc: doc, reach: defaultsReach(sch), fast: compileFast(doc), leaf: leafWeight(sch)}, nil
+}
+
+// addResourceError is compileCopy's error when doc is not a schema resource.
+type addResourceError struct{ err error }
+
+func (e addResourceError) Error() string { return e.err.Error() }
+
+// compileCopy compiles doc with the meter's vocabulary bound to a new slot.
+func compileCopy(doc any) (*meteredCopy, error) {
+	slot := &meterSlot{}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	c.AssertFormat()
+	c.UseLoader(noLoader{})
+	c.RegisterVocabulary(meterVocabulary(slot))
+	c.AssertVocabs() // the meter is active whatever the $schema's $vocabulary says
+	if err := c.AddResource(docURL, doc); err != nil {
+		return nil, addResourceError{err}
+	}
+	sch, err := c.Compile(docURL)
+	if err != nil {
+		return nil, err
+	}
+	return &meteredCopy{sch: sch, slot: slot}, nil
 }
 
 // DefaultValidationBudget is the validation budget of Validate (and of
@@ -121,9 +146,20 @@ func (s *Schema) Validate(doc []byte, fillDefaults bool) (out []byte, issues []t
 	return s.ValidateWithin(doc, fillDefaults, DefaultValidationBudget)
 }
 
-// ValidateWithin validates doc, which must be exactly one JSON value,
+// ValidateWithin is ValidateLimited with the work budget DefaultWorkLimit
+// and no Check.
+func (s *Schema) ValidateWithin(doc []byte, fillDefaults bool, budget int64) (out []byte, issues []toolerr.Issue, err error) {
+	return s.ValidateLimited(doc, fillDefaults, budget, Work{})
+}
+
+// ValidateLimited validates doc, which must be exactly one JSON value,
 // against s, holding at most about budget bytes while doing so (budget <= 0:
-// DefaultValidationBudget). The cost is estimated while decoding, before
+// DefaultValidationBudget) and spending at most w.Limit units of work
+// (meter.go: about one per schema applied to a value), calling w.Check
+// about every fraction of a millisecond of work. Over the work limit the
+// validation stops with a *WorkError (errors.Is ErrWorkBudget); when
+// w.Check returns an error it stops with that error. Either way it stops
+// at once, and out and issues are nil. The cost is estimated while decoding, before
 // the validator runs: ValueCost per JSON value (its tree node and the
 // validator error it may produce) plus the bytes of strings that must be
 // copied; a document over the budget fails with an error matching
@@ -149,7 +185,7 @@ func (s *Schema) Validate(doc []byte, fillDefaults bool) (out []byte, issues []t
 // a number literal longer than 1000 characters or with an exponent beyond
 // ±10000 (exact comparison of such numbers would cost minutes of CPU), or
 // the budget.
-func (s *Schema) ValidateWithin(doc []byte, fillDefaults bool, budget int64) (out []byte, issues []toolerr.Issue, err error) {
+func (s *Schema) ValidateLimited(doc []byte, fillDefaults bool, budget int64, w Work) (out []byte, issues []toolerr.Issue, err error) {
 	if budget <= 0 {
 		budget = DefaultValidationBudget
 	}
@@ -169,13 +205,27 @@ func (s *Schema) ValidateWithin(doc []byte, fillDefaults bool, budget int64) (ou
 	if err != nil {
 		return nil, nil, err
 	}
+	m := newMeter(w)
+	if values := d.cost / ValueCost; values > 0 && values*s.leaf > m.limit {
+		// Assertions that fail before the library reaches the meter are
+		// charged after their container's loop: refuse up front what
+		// such a loop could cost (values × the heaviest assertion).
+		return nil, nil, &WorkError{Limit: m.limit}
+	}
+	defer func() {
+		if err != nil {
+			out, issues = nil, nil
+		}
+	}()
+	defer recoverStop(&err)
+	m.add(0) // Check before any work
 	out = doc
 	if fillDefaults {
-		if s.fill(d.v) || d.needsReencode() {
+		if s.fill(d.v, m) || d.needsReencode() {
 			out = encodeJSON(d.v)
 		}
 	}
-	if issues = s.validate(d.v); len(issues) == 0 {
+	if issues = s.validate(d.v, m); len(issues) == 0 {
 		return out, nil, nil
 	}
 	return out, detachIssues(issues), nil
@@ -205,19 +255,30 @@ func (s *Schema) acceptsAll() bool {
 }
 
 // fill inserts defaults into v and reports whether it inserted any.
-func (s *Schema) fill(v any) bool {
+func (s *Schema) fill(v any, m *meter) bool {
 	if s.reach == nil {
 		return false
 	}
-	f := filler{reach: s.reach}
+	f := filler{reach: s.reach, m: m}
 	f.fill(s.sch, v, 0, nil)
 	return f.filled
 }
 
-// validate validates a decoded document and converts the failure.
-func (s *Schema) validate(v any) (issues []toolerr.Issue) {
+// validate validates a decoded document on a compiled copy of its own,
+// charging m, and converts the failure. A stopped validation unwinds
+// through it (meter.go).
+func (s *Schema) validate(v any, m *meter) (issues []toolerr.Issue) {
+	c, err := s.pool.get()
+	if err != nil {
+		return []toolerr.Issue{{SchemaPath: "#", Params: map[string]any{}, Message: fmt.Sprintf("validation failed: %v", err)}}
+	}
+	c.slot.m = m
+	defer s.pool.put(c)
 	defer func() {
 		if r := recover(); r != nil {
+			if _, ok := r.(stopped); ok {
+				panic(r)
+			}
 			issues = []toolerr.Issue{{
 				SchemaPath: "#",
 				Params:     map[string]any{},
@@ -225,7 +286,7 @@ func (s *Schema) validate(v any) (issues []toolerr.Issue) {
 			}}
 		}
 	}()
-	err := s.sch.Validate(v)
+	err = c.sch.Validate(v)
 	if err == nil {
 		return nil
 	}
@@ -233,8 +294,8 @@ func (s *Schema) validate(v any) (issues []toolerr.Issue) {
 	if !errors.As(err, &verr) {
 		return []toolerr.Issue{{SchemaPath: "#", Params: map[string]any{}, Message: err.Error()}}
 	}
-	c := issueConverter{docURL: docURL, schemaDoc: s.doc, instance: v}
-	return c.convert(verr)
+	conv := issueConverter{docURL: docURL, schemaDoc: s.doc, instance: v}
+	return conv.convert(verr)
 }
 
 // checkDialect enforces rule on the document's $schema.

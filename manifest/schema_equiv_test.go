@@ -144,8 +144,8 @@ func TestEmbeddedSchemaMatchesSpec(t *testing.T) {
 			if err != nil {
 				t.Fatalf("corpus document is not JSON: %v", err)
 			}
-			specIssues := spec.validate(doc.v)
-			ourIssues := ours.validate(doc.v)
+			specIssues := spec.validate(doc.v, newMeter(Work{}))
+			ourIssues := ours.validate(doc.v, newMeter(Work{}))
 			if (len(specIssues) == 0) != (len(ourIssues) == 0) {
 				t.Fatalf("spec valid=%v, embedded valid=%v (spec issues %v, embedded issues %v)",
 					len(specIssues) == 0, len(ourIssues) == 0, specIssues, ourIssues)

@@ -2,6 +2,8 @@ package manifest
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 
 	"github.com/sandboxd/sandboxd/toolerr"
 )
@@ -75,9 +77,19 @@ func (t *Tool) ValidateInput(input []byte) ([]byte, error) {
 // (input-validation-failed, errors.Is ErrValidationBudget) before any
 // validation work.
 func (t *Tool) ValidateInputWithin(input []byte, budget int64) ([]byte, error) {
-	out, issues, err := t.input.ValidateWithin(input, true, budget)
+	return t.ValidateInputLimited(input, budget, Work{})
+}
+
+// ValidateInputLimited is ValidateInputWithin spending at most w (see
+// Schema.ValidateLimited). Over w.Limit the input is refused with
+// input-validation-failed (errors.Is ErrWorkBudget) whose message and
+// Details ({"budget": "validationWork", "limit": N, "raise":
+// "limits.cpuMs"}) name the budget and what to change; an error from
+// w.Check is returned as is.
+func (t *Tool) ValidateInputLimited(input []byte, budget int64, w Work) ([]byte, error) {
+	out, issues, err := t.input.ValidateLimited(input, true, budget, w)
 	if err != nil {
-		return nil, notJSON(toolerr.InputValidationFailed, "input", err).WithTool(t.ID)
+		return nil, validationStopped(toolerr.InputValidationFailed, "input", err).WithTool(t.ID)
 	}
 	if len(issues) > 0 {
 		return nil, invalidValue(toolerr.InputValidationFailed, "input", issues).WithTool(t.ID)
@@ -98,14 +110,44 @@ func (t *Tool) ValidateOutput(output []byte) (json.RawMessage, error) {
 // (see Schema.ValidateWithin); the executor passes the call's memMB
 // headroom.
 func (t *Tool) ValidateOutputWithin(output []byte, budget int64) (json.RawMessage, error) {
-	_, issues, err := t.output.ValidateWithin(output, false, budget)
+	return t.ValidateOutputLimited(output, budget, Work{})
+}
+
+// ValidateOutputLimited is ValidateOutputWithin spending at most w (see
+// Schema.ValidateLimited): over w.Limit the output is refused with
+// output-validation-failed (errors.Is ErrWorkBudget, Details as
+// ValidateInputLimited's); an error from w.Check is returned as is.
+func (t *Tool) ValidateOutputLimited(output []byte, budget int64, w Work) (json.RawMessage, error) {
+	_, issues, err := t.output.ValidateLimited(output, false, budget, w)
 	if err != nil {
-		return nil, notJSON(toolerr.OutputValidationFailed, "output", err).WithTool(t.ID)
+		return nil, validationStopped(toolerr.OutputValidationFailed, "output", err).WithTool(t.ID)
 	}
 	if len(issues) > 0 {
 		return nil, invalidValue(toolerr.OutputValidationFailed, "output", issues).WithTool(t.ID)
 	}
 	return json.RawMessage(trimJSONSpace(output)), nil
+}
+
+// validationStopped is the error of a validation that did not complete:
+// over its work budget (code), stopped by its Check (that error itself,
+// as a *toolerr.Error: context errors are deadline-exceeded or
+// cancelled), or refused while decoding (notJSON).
+func validationStopped(code toolerr.Code, what string, err error) *toolerr.Error {
+	var werr *WorkError
+	switch {
+	case errors.As(err, &werr):
+		msg := fmt.Sprintf("%s is refused: %v (%d per ms of limits.cpuMs, at least %d): %s", what, err, WorkPerCPUMs, MinWorkLimit, workLimitHelp)
+		return &toolerr.Error{
+			Code:    code,
+			Message: msg,
+			Issues:  []toolerr.Issue{{Params: map[string]any{}, Message: msg}},
+			Details: map[string]any{"budget": "validationWork", "limit": werr.Limit, "raise": "limits.cpuMs"},
+			Err:     err,
+		}
+	case errors.As(err, new(*syntaxError)):
+		return notJSON(code, what, err)
+	}
+	return toolerr.As(err)
 }
 
 func notJSON(code toolerr.Code, what string, err error) *toolerr.Error {

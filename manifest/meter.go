@@ -1,0 +1,305 @@
+package manifest
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/sandboxd/sandboxd/toolerr"
+)
+
+// Validation is host work done for a call, so it is metered like the
+// guest's (G01): the load-time guard (guard.go) bounds what checking one
+// value costs, but a document holds many values, and a recursive schema
+// multiplies per level of nesting, so nothing short of counting bounds a
+// document. Every validation counts its work as it goes, in units:
+//
+//   - one per schema applied to a value (each schema object of the
+//     compiled graph carries a meterKeyword extension, which the library
+//     runs once per evaluation that gets past its own assertions), plus
+//     one per member of an object or array it is applied to (the loops
+//     over members, and the assertions that fail early inside them, are
+//     charged to the container's evaluation);
+//   - one per schema the default filler applies, plus the members it walks.
+//
+// About every checkEvery units (a fraction of a millisecond of work) the
+// meter compares the count with its limit and calls the caller's Check
+// (the call's deadline, cancellation and CPU budget); either ends the
+// validation at once by unwinding it (a panic recovered in ValidateLimited),
+// so no goroutine goes on validating for a call that has been answered.
+
+// Work bounds the host work of one validation.
+type Work struct {
+	// Limit is the most work units the validation may spend (see
+	// WorkLimit); past it the document is refused with a *WorkError.
+	// Limit <= 0 means DefaultWorkLimit.
+	Limit int64
+	// Check, when non-nil, is called before any work and then about every
+	// checkEvery units; an error from it stops the validation, which
+	// returns that error as is.
+	Check func() error
+}
+
+// Work units per millisecond of limits.cpuMs and the floor of a
+// validation's budget (WorkLimit). One unit is about 0.1-0.5 us of CPU, so
+// a budget is at most about the tool's cpuMs of CPU time.
+const (
+	WorkPerCPUMs  = 4000
+	MinWorkLimit  = 1 << 20
+	checkEvery    = 1 << 10
+	maxWorkLimit  = 1 << 40
+	defaultCPUMs  = 10000
+	workLimitHelp = "raise limits.cpuMs, send a smaller document or simplify the schema"
+)
+
+// DefaultWorkLimit is the work budget of Validate, ValidateWithin,
+// Tool.ValidateInput and Tool.ValidateOutput: WorkLimit of the default
+// cpuMs (10000).
+var DefaultWorkLimit = WorkLimit(defaultCPUMs)
+
+// WorkLimit is the work budget of validating one document of a tool whose
+// limits.cpuMs is cpuMs: WorkPerCPUMs units per millisecond, at least
+// MinWorkLimit (a 10,000-item array against an ordinary item schema takes
+// tens of thousands).
+func WorkLimit(cpuMs int64) int64 {
+	if cpuMs <= 0 {
+		cpuMs = defaultCPUMs
+	}
+	if cpuMs > maxWorkLimit/WorkPerCPUMs {
+		return maxWorkLimit
+	}
+	return max(MinWorkLimit, cpuMs*WorkPerCPUMs)
+}
+
+// ErrWorkBudget is matched (errors.Is) by a *WorkError.
+var ErrWorkBudget = errors.New("validation work budget exceeded")
+
+// WorkError is the error of a validation stopped at its work limit.
+type WorkError struct {
+	Limit int64 // the budget, in work units
+}
+
+func (e *WorkError) Error() string {
+	return fmt.Sprintf("validating it takes more than %d units of work, the validation budget", e.Limit)
+}
+
+// Is matches ErrWorkBudget.
+func (e *WorkError) Is(target error) bool { return target == ErrWorkBudget }
+
+// meter counts one validation's work. It is used by one goroutine.
+type meter struct {
+	used, next, limit int64
+	check             func() error
+}
+
+func newMeter(w Work) *meter {
+	if w.Limit <= 0 {
+		w.Limit = DefaultWorkLimit
+	}
+	return &meter{limit: w.Limit, check: w.Check}
+}
+
+// stopped is the panic value that unwinds a stopped validation.
+type stopped struct{ err error }
+
+// add charges n units and checks the budget when a check is due.
+func (m *meter) add(n int64) {
+	m.used += n
+	if m.used >= m.next {
+		m.slow()
+	}
+}
+
+func (m *meter) slow() {
+	if m.used > m.limit {
+		panic(stopped{&WorkError{Limit: m.limit}})
+	}
+	if m.check != nil {
+		if err := m.check(); err != nil {
+			panic(stopped{err})
+		}
+	}
+	m.next = m.used + checkEvery
+}
+
+// charge is what an evaluation of a schema applied to v costs: self for
+// the schema's own assertions and each member of a container member
+// (members times the heaviest own-assertion cost of a schema applied to
+// members, so that members failing those before the library reaches their
+// extension are charged too).
+func charge(v any, self, member int64) int64 {
+	switch x := v.(type) {
+	case map[string]any:
+		return self + int64(len(x))*member
+	case []any:
+		return self + int64(len(x))*member
+	}
+	return self
+}
+
+// ownWeight is what a schema object's own assertions cost per value, in
+// work units: one, plus one per JSON value of its enum and const (the
+// library compares the value with each).
+func ownWeight(obj map[string]any) int64 {
+	w := int64(1)
+	for _, kw := range []string{"enum", "const"} {
+		if v, ok := obj[kw]; ok {
+			w += int64(countValues(v))
+		}
+	}
+	return w
+}
+
+// memberWeight is the heaviest ownWeight of a schema obj applies to the
+// members of an object or array, plus one.
+func memberWeight(obj map[string]any) int64 {
+	w := int64(1)
+	one := func(v any) {
+		if o, ok := v.(map[string]any); ok {
+			w = max(w, 1+ownWeight(o))
+		}
+	}
+	for _, kw := range []string{"items", "additionalProperties", "contains", "unevaluatedItems", "unevaluatedProperties", "additionalItems", "propertyNames"} {
+		one(obj[kw])
+	}
+	for _, kw := range []string{"prefixItems", "items"} {
+		if a, ok := obj[kw].([]any); ok {
+			for _, x := range a {
+				one(x)
+			}
+		}
+	}
+	for _, kw := range []string{"properties", "patternProperties"} {
+		if m, ok := obj[kw].(map[string]any); ok {
+			for _, x := range m {
+				one(x)
+			}
+		}
+	}
+	return w
+}
+
+// countValues counts the JSON values in v (v itself included).
+func countValues(v any) int {
+	n := 1
+	switch x := v.(type) {
+	case map[string]any:
+		for _, e := range x {
+			n += countValues(e)
+		}
+	case []any:
+		for _, e := range x {
+			n += countValues(e)
+		}
+	}
+	return n
+}
+
+// recoverStop turns the unwinding of a stopped validation into its error;
+// any other panic goes on.
+func recoverStop(err *error) {
+	if r := recover(); r != nil {
+		s, ok := r.(stopped)
+		if !ok {
+			panic(r)
+		}
+		*err = s.err
+	}
+}
+
+// meterURL names the meter's vocabulary. It has no keywords: its Compile
+// attaches an extension to every schema object.
+const meterURL = "sandboxd:///vocab/meter"
+
+// meterSlot is where the extensions of one compiled copy of a schema find
+// the meter of the validation using that copy (nil: none, count nothing).
+// A copy is used by one validation at a time (copyPool), which sets m
+// before validating and clears it after, on the same goroutine.
+type meterSlot struct{ m *meter }
+
+// meterExt counts an evaluation of one schema object.
+type meterExt struct {
+	slot         *meterSlot
+	self, member int64 // charge's weights for this schema object
+}
+
+func (e meterExt) Validate(_ *jsonschema.ValidatorContext, v any) {
+	if m := e.slot.m; m != nil {
+		m.add(charge(v, e.self, e.member))
+	}
+}
+
+func meterVocabulary(slot *meterSlot) *jsonschema.Vocabulary {
+	return &jsonschema.Vocabulary{
+		URL: meterURL,
+		Compile: func(_ *jsonschema.CompilerContext, obj map[string]any) (jsonschema.SchemaExt, error) {
+			return meterExt{slot: slot, self: ownWeight(obj), member: memberWeight(obj)}, nil
+		},
+	}
+}
+
+// meteredCopy is one compilation of a schema document whose extensions
+// report to slot.
+type meteredCopy struct {
+	sch  *jsonschema.Schema
+	slot *meterSlot
+}
+
+// copyPool holds the compiled copies of one schema not in use. The
+// library's compiled graph gives an extension no way to tell concurrent
+// validations apart, so each validation takes a copy of its own: the pool
+// grows to the schema's peak number of concurrent validations (each copy
+// costs what compiling the document once did, which the load-time guard
+// bounds) and never shrinks.
+type copyPool struct {
+	mu    sync.Mutex
+	free  []*meteredCopy
+	build func() (*meteredCopy, error)
+}
+
+func (p *copyPool) get() (*meteredCopy, error) {
+	p.mu.Lock()
+	if n := len(p.free); n > 0 {
+		c := p.free[n-1]
+		p.free = p.free[:n-1]
+		p.mu.Unlock()
+		return c, nil
+	}
+	p.mu.Unlock()
+	return p.build()
+}
+
+func (p *copyPool) put(c *meteredCopy) {
+	c.slot.m = nil
+	p.mu.Lock()
+	p.free = append(p.free, c)
+	p.mu.Unlock()
+}
+
+// validateTree validates an already decoded document with the default work
+// budget.
+func (s *Schema) validateTree(v any) (issues []toolerr.Issue, err error) {
+	defer recoverStop(&err)
+	return s.validate(v, newMeter(Work{})), nil
+}
+
+// leafWeight is the heaviest own-assertion cost (ownWeight) of any schema
+// in root's graph.
+func leafWeight(root *jsonschema.Schema) int64 {
+	w := int64(1)
+	for _, s := range allSchemas(root) {
+		n := int64(1)
+		if s.Enum != nil {
+			for _, v := range s.Enum.Values {
+				n += int64(countValues(v))
+			}
+		}
+		if s.Const != nil {
+			n += int64(countValues(*s.Const))
+		}
+		w = max(w, n)
+	}
+	return w
+}
