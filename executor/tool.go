@@ -210,9 +210,8 @@ func (t *Tool) invoke(ctx context.Context, req *Request, observed *CallContext) 
 	if err := c.Err(); err != nil {
 		return nil, toolerr.As(err)
 	}
-	// Validation holds host memory for the call: it is bounded by the
-	// call's memMB (manifest.ValueCost per JSON value; F18).
-	input, err := t.m.ValidateInputWithin(req.Input, t.limits.memMB*limits.MiB)
+	// Validation is metered like guest work (validate.go; G01).
+	input, vcpu, err := t.validateInput(c, req.Input)
 	if err != nil {
 		return nil, err
 	}
@@ -231,14 +230,18 @@ func (t *Tool) invoke(ctx context.Context, req *Request, observed *CallContext) 
 		return nil, err
 	}
 	out := t.h.run(c, inv, env)
-	res := &Result{Usage: Usage{CPUMs: round3(float64(out.cpu) / float64(time.Millisecond)), PeakMemMB: round2(float64(out.peak) / limits.MiB), Fuel: out.fuel}}
+	res := &Result{Usage: Usage{CPUMs: cpuMs(out.cpu + vcpu), PeakMemMB: round2(float64(out.peak) / limits.MiB), Fuel: out.fuel}}
 	res.Egress = inv.egressAttempts() // egress.go
 	if out.err != nil {
 		return res, out.err
 	}
-	output, err := t.m.ValidateOutputWithin(out.output, max(t.limits.memMB*limits.MiB-out.peak, 1)) // the memMB headroom left (F18)
+	output, ocpu, err := t.validateOutput(c, out.output, max(t.limits.memMB*limits.MiB-out.peak, 1), out.cpu) // the memMB headroom left (F18)
+	res.Usage.CPUMs = cpuMs(out.cpu + vcpu + ocpu)
 	if err != nil {
 		return res, err
+	}
+	if err := c.Err(); err != nil {
+		return res, toolerr.As(err) // never a result after the deadline
 	}
 	res.Output = output
 	return res, nil

@@ -1,0 +1,93 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/manifest"
+	"github.com/sandboxd/sandboxd/toolerr"
+)
+
+// Validating a call's input and output is host work done for the call, so
+// it is metered like the guest's (G01): it runs on a locked OS thread whose
+// CPU time is charged to usage.cpuMs, within the work budget of the tool's
+// cpuMs (manifest.WorkLimit), and it is stopped, within a fraction of a
+// millisecond of work, when the call's context ends (deadline,
+// cancellation, Close). Output validation is the guest's doing: it also
+// counts against what is left of the guest's cpuMs, and a result is never
+// returned once the call's deadline has passed.
+
+// errValidationCPU stops an output validation that spent the guest's cpuMs.
+var errValidationCPU = errors.New("output validation passed the cpuMs budget")
+
+// validateInput validates the call's input (filling defaults) under c and
+// returns it with the CPU time validating took. Over the work budget:
+// input-validation-failed naming it; c ended: deadline-exceeded or
+// cancelled.
+func (t *Tool) validateInput(c context.Context, input []byte) ([]byte, time.Duration, error) {
+	var out []byte
+	cpu, err := t.validating(c, 0, func(w manifest.Work) (err error) {
+		// Validation holds host memory for the call: it is bounded by the
+		// call's memMB (manifest.ValueCost per JSON value; F18).
+		out, err = t.m.ValidateInputLimited(input, t.limits.memMB*limits.MiB, w)
+		return err
+	})
+	return out, cpu, err
+}
+
+// validateOutput validates the guest's output under c within the memMB
+// headroom budget and the cpuMs the guest left (guest: its CPU time), and
+// returns it with the CPU time validating took. Over the work budget:
+// output-validation-failed naming it; past the cpuMs left:
+// limits-exceeded (cpuMs), as if the guest had spent it; c ended:
+// deadline-exceeded or cancelled.
+func (t *Tool) validateOutput(c context.Context, output []byte, budget int64, guest time.Duration) (json.RawMessage, time.Duration, error) {
+	var out json.RawMessage
+	left := time.Duration(0)
+	if t.limits.cpuMs > 0 {
+		left = max(time.Duration(t.limits.cpuMs)*time.Millisecond-guest, 1)
+	}
+	cpu, err := t.validating(c, left, func(w manifest.Work) (err error) {
+		out, err = t.m.ValidateOutputLimited(output, budget, w)
+		return err
+	})
+	if errors.Is(err, errValidationCPU) {
+		used := guest + cpu
+		err = toolerr.Limits(&toolerr.LimitsError{Limit: toolerr.LimitCPUMs, Declared: t.limits.cpuMs, Observed: used.Milliseconds()},
+			fmt.Sprintf("the guest used %d ms of CPU time and validating its output %d ms more, over its cpuMs limit of %d",
+				guest.Milliseconds(), cpu.Milliseconds(), t.limits.cpuMs))
+	}
+	return out, cpu, err
+}
+
+// validating runs fn on a locked OS thread with the tool's work budget and a
+// Check that ends it when c ends or, with cpuLeft > 0, when the thread's
+// CPU time passes cpuLeft (errValidationCPU). It returns the CPU time fn
+// took.
+func (t *Tool) validating(c context.Context, cpuLeft time.Duration, fn func(manifest.Work) error) (time.Duration, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	clock := limits.CurrentThread()
+	start := clock.Now()
+	w := manifest.Work{
+		Limit: manifest.WorkLimit(t.limits.cpuMs),
+		Check: func() error {
+			if err := c.Err(); err != nil {
+				return toolerr.As(err)
+			}
+			if cpuLeft > 0 && clock.Now()-start > cpuLeft {
+				return errValidationCPU
+			}
+			return nil
+		},
+	}
+	err := fn(w)
+	return clock.Now() - start, err
+}
+
+func cpuMs(d time.Duration) float64 { return round3(float64(d) / float64(time.Millisecond)) }
