@@ -74,11 +74,17 @@ func (t *Tool) validating(c context.Context, cpuLeft time.Duration, fn func(mani
 	defer runtime.UnlockOSThread()
 	clock := limits.CurrentThread()
 	start := clock.Now()
+	deadline, hasDeadline := c.Deadline()
 	w := manifest.Work{
 		Limit: manifest.WorkLimit(t.limits.cpuMs),
 		Check: func() error {
 			if err := c.Err(); err != nil {
 				return toolerr.As(err)
+			}
+			// The clock itself, not only the context's timer, which a
+			// loaded machine can run late.
+			if hasDeadline && !time.Now().Before(deadline) {
+				return toolerr.As(context.DeadlineExceeded)
 			}
 			if cpuLeft > 0 && clock.Now()-start > cpuLeft {
 				return errValidationCPU

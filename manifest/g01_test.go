@@ -259,14 +259,18 @@ func FuzzG01ValidationBounded(f *testing.F) {
 		func(h map[string]any) map[string]any { return map[string]any{"not": map[string]any{"not": h}} },
 		func(h map[string]any) map[string]any { return map[string]any{"prefixItems": []any{h}, "items": h} },
 		func(h map[string]any) map[string]any { return map[string]any{"additionalProperties": h} },
-		func(h map[string]any) map[string]any { return map[string]any{"patternProperties": map[string]any{"": h}} },
+		func(h map[string]any) map[string]any {
+			return map[string]any{"patternProperties": map[string]any{"": h}}
+		},
 		func(h map[string]any) map[string]any { return map[string]any{"contains": h} },
 		func(h map[string]any) map[string]any {
 			return map[string]any{"items": map[string]any{"dependentSchemas": map[string]any{"a": map[string]any{"properties": map[string]any{"a": h}}}}}
 		},
 		func(h map[string]any) map[string]any { return map[string]any{"unevaluatedProperties": h} },
 		func(h map[string]any) map[string]any { return map[string]any{"unevaluatedItems": h} },
-		func(h map[string]any) map[string]any { return map[string]any{"items": map[string]any{"if": h, "then": h}} },
+		func(h map[string]any) map[string]any {
+			return map[string]any{"items": map[string]any{"if": h, "then": h}}
+		},
 		func(h map[string]any) map[string]any { return map[string]any{"propertyNames": h} },
 		func(h map[string]any) map[string]any {
 			return map[string]any{"$ref": "#/$defs/n", "$defs": map[string]any{"n": map[string]any{"properties": map[string]any{"x": map[string]any{"allOf": []any{map[string]any{"$ref": "#/$defs/n"}, map[string]any{"$ref": "#/$defs/n"}, h}}}}}}

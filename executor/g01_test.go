@@ -1,0 +1,109 @@
+package executor_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/executor"
+	"github.com/sandboxd/sandboxd/toolerr"
+)
+
+// g01Schema is the G01 reproducer's schema: every item checked against
+// allOf of 3 refs to a6, a_k = allOf of 10 refs to a_(k-1), a1 integer
+// (about 670,000 subschemas per value, under the load-time guard).
+func g01Schema() map[string]any {
+	defs := map[string]any{"a1": map[string]any{"type": "integer"}}
+	for k := 2; k <= 6; k++ {
+		refs := make([]any, 10)
+		for i := range refs {
+			refs[i] = map[string]any{"$ref": fmt.Sprintf("#/$defs/a%d", k-1)}
+		}
+		defs[fmt.Sprintf("a%d", k)] = map[string]any{"allOf": refs}
+	}
+	top := []any{map[string]any{"$ref": "#/$defs/a6"}, map[string]any{"$ref": "#/$defs/a6"}, map[string]any{"$ref": "#/$defs/a6"}}
+	return map[string]any{"type": "array", "items": map[string]any{"allOf": top}, "$defs": defs}
+}
+
+// TestG01ValidationBoundedByDeadline: a 201-byte input against the
+// reproducer's schema took 25-32 s with a 1 s deadline, and a 21-byte
+// output came back as a result after 3.3 s with usage.cpuMs 0.011. Now
+// both end at the deadline (deadline-exceeded, no output), the input over
+// its work budget is input-validation-failed naming it, and the output
+// validation counts against cpuMs (limits-exceeded) and is charged to
+// usage.cpuMs.
+func TestG01ValidationBoundedByDeadline(t *testing.T) {
+	e := newExecutor(t)
+	input := "[" + strings.TrimSuffix(strings.Repeat("0,", 100), ",") + "]" // 201 bytes
+	output := "[" + strings.TrimSuffix(strings.Repeat("0,", 10), ",") + "]" // 21 bytes
+	const deadline = 500 * time.Millisecond
+	const grace = 100 * time.Millisecond
+	call := func(tool *executor.Tool, input string, d time.Duration) (*executor.Result, error, time.Duration) {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		start := time.Now()
+		res, err := tool.Invoke(ctx, executor.Request{Input: []byte(input)})
+		return res, err, time.Since(start)
+	}
+	heavyIn := func(cpuMs int) *executor.Tool {
+		return load(t, e, "echo_reactor", func(m map[string]any) {
+			m["input"] = g01Schema()
+			m["limits"] = map[string]any{"memMB": 16, "cpuMs": cpuMs}
+		})
+	}
+	heavyOut := func(cpuMs int) *executor.Tool {
+		return load(t, e, "echo_reactor", func(m map[string]any) {
+			m["input"] = map[string]any{"type": "array"}
+			m["output"] = g01Schema()
+			m["limits"] = map[string]any{"memMB": 16, "cpuMs": cpuMs}
+		})
+	}
+
+	t.Run("input-deadline", func(t *testing.T) {
+		res, err, took := call(heavyIn(300000), input, deadline)
+		wantCode(t, err, toolerr.DeadlineExceeded)
+		if res != nil || took > deadline+grace {
+			t.Fatalf("result %v after %v (deadline %v)", res, took, deadline)
+		}
+	})
+	t.Run("input-budget", func(t *testing.T) {
+		_, err, took := call(heavyIn(100), input, time.Minute)
+		te := wantCode(t, err, toolerr.InputValidationFailed)
+		if te.Details["budget"] != "validationWork" || te.Details["raise"] != "limits.cpuMs" {
+			t.Fatalf("details %v", te.Details)
+		}
+		t.Logf("refused after %v: %s", took, te.Message)
+	})
+	t.Run("output-deadline", func(t *testing.T) {
+		res, err, took := call(heavyOut(300000), output, deadline)
+		wantCode(t, err, toolerr.DeadlineExceeded)
+		if took > deadline+grace || (res != nil && res.Output != nil) {
+			t.Fatalf("output %s after %v (deadline %v): %v %+v", res.Output, took, deadline, err, res)
+		}
+		if res == nil || res.Usage.CPUMs < 50 {
+			t.Fatalf("validation CPU not charged: %+v", res)
+		}
+	})
+	t.Run("output-cpuMs", func(t *testing.T) {
+		res, err, took := call(heavyOut(100), output, time.Minute)
+		te := wantCode(t, err, toolerr.LimitsExceeded)
+		if te.Details["limit"] != "cpuMs" || res == nil || res.Output != nil || res.Usage.CPUMs < 100 {
+			t.Fatalf("details %v, result %+v", te.Details, res)
+		}
+		t.Logf("stopped after %v, usage.cpuMs %v", took, res.Usage.CPUMs)
+	})
+	t.Run("ordinary", func(t *testing.T) {
+		tool := load(t, e, "echo_reactor", func(m map[string]any) {
+			m["input"] = map[string]any{"type": "array", "items": map[string]any{"type": "integer"}}
+			m["output"] = map[string]any{"type": "array", "items": map[string]any{"type": "integer"}}
+			m["limits"] = map[string]any{"memMB": 16, "cpuMs": 100}
+		})
+		big := "[" + strings.TrimSuffix(strings.Repeat("0,", 10000), ",") + "]"
+		res, err, _ := call(tool, big, time.Minute)
+		if err != nil || len(res.Output) != len(big) {
+			t.Fatalf("10,000 items: %v", err)
+		}
+	})
+}
