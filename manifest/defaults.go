@@ -123,7 +123,7 @@ func (f *filler) fill(s *jsonschema.Schema, v any, nested int, active []*jsonsch
 	if s == nil || !f.reach[s] || slices.Contains(active, s) {
 		return
 	}
-	f.m.add(charge(v, 1, 1))
+	f.m.add(charge(v, weights{self: 1, member: 1}))
 	active = append(active, s)
 	// Ajv evaluates $ref and allOf before the object keywords.
 	f.fill(s.Ref, v, nested, active)

@@ -139,6 +139,17 @@ func TestG01ValidationShapes(t *testing.T) {
 	ints := map[string]any{"type": "integer"}
 	str := map[string]any{"type": "string"}
 	h1 := g01Heavy(1)
+	patterns := make([]any, 400)
+	formats := make([]any, 400)
+	for i := range patterns {
+		patterns[i] = map[string]any{"pattern": "[xy]z"}
+		formats[i] = map[string]any{"format": "uri-reference"}
+	}
+	keyPatterns := map[string]any{}
+	for i := range 400 {
+		keyPatterns[fmt.Sprintf("[xy]z%d", i)] = true
+	}
+	long := []byte(`"` + strings.Repeat("b", 256<<10) + `"`)
 	cases := []struct {
 		name   string
 		schema map[string]any
@@ -161,6 +172,10 @@ func TestG01ValidationShapes(t *testing.T) {
 		{"unevaluatedItems", map[string]any{"prefixItems": []any{true}, "unevaluatedItems": h1, "$defs": g01Defs("allOf", 10, ints)}, g01Array(100, "0"), false},
 		{"if-then-else", map[string]any{"items": map[string]any{"if": h1, "then": h1, "else": h1}, "$defs": g01Defs("allOf", 10, ints)}, g01Array(100, "0"), false},
 		{"propertyNames", map[string]any{"propertyNames": g01Heavy(3), "$defs": g01Defs("allOf", 10, str)}, g01Object(100, "0"), false},
+		{"pattern", map[string]any{"anyOf": patterns}, long, false},
+		{"pattern-not", map[string]any{"not": map[string]any{"anyOf": patterns}}, long, false},
+		{"patternProperties-keys", map[string]any{"patternProperties": keyPatterns}, []byte(`{"` + strings.Repeat("b", 256<<10) + `":0}`), false},
+		{"format", map[string]any{"allOf": formats}, long, false},
 		{"defaults", map[string]any{"items": map[string]any{"$ref": "#/$defs/a6"}, "$defs": g01Defs("allOf", 10, map[string]any{"properties": map[string]any{"p": map[string]any{"default": 1}}})}, g01Array(100, "{}"), true},
 	}
 	const deadline = 200 * time.Millisecond
@@ -249,11 +264,12 @@ func FuzzG01ValidationBounded(f *testing.F) {
 		{0, 0, 10, 0, 100}, {1, 1, 10, 1, 100}, {2, 2, 9, 2, 60}, {3, 3, 10, 0, 50},
 		{4, 4, 8, 1, 80}, {5, 5, 10, 2, 40}, {6, 6, 7, 0, 100}, {7, 7, 10, 1, 30},
 		{8, 8, 10, 0, 100}, {9, 9, 6, 2, 90}, {10, 10, 10, 1, 100}, {11, 11, 5, 0, 70},
+		{15, 0, 10, 2, 200}, {18, 3, 10, 2, 200}, {16, 10, 10, 2, 100}, {19, 4, 8, 3, 40},
 	} {
 		f.Add(seed)
 	}
 	combs := []string{"allOf", "anyOf", "oneOf"}
-	leaves := []any{map[string]any{"type": "integer"}, map[string]any{"type": "string"}, map[string]any{}, map[string]any{"minimum": 0}, map[string]any{"enum": []any{0, 1, 2}}}
+	leaves := []any{map[string]any{"type": "integer"}, map[string]any{"type": "string"}, map[string]any{}, map[string]any{"minimum": 0}, map[string]any{"enum": []any{0, 1, 2}}, map[string]any{"pattern": "[xy]z"}, map[string]any{"format": "uri-reference"}}
 	wrap := []func(h map[string]any) map[string]any{
 		func(h map[string]any) map[string]any { return map[string]any{"items": h} },
 		func(h map[string]any) map[string]any { return map[string]any{"not": map[string]any{"not": h}} },
@@ -280,7 +296,7 @@ func FuzzG01ValidationBounded(f *testing.F) {
 		if len(b) < 5 {
 			return
 		}
-		comb, shape, fan, docKind, n := combs[int(b[0])%len(combs)], wrap[int(b[1])%len(wrap)], 2+int(b[2])%9, int(b[3])%3, 1+int(b[4])
+		comb, shape, fan, docKind, n := combs[int(b[0])%len(combs)], wrap[int(b[1])%len(wrap)], 2+int(b[2])%9, int(b[3])%4, 1+int(b[4])
 		leaf := leaves[int(b[0]/3)%len(leaves)]
 		schema := shape(map[string]any{"$ref": "#/$defs/a6"})
 		defs, _ := schema["$defs"].(map[string]any)
@@ -303,6 +319,8 @@ func FuzzG01ValidationBounded(f *testing.F) {
 			doc = g01Array(n, "0")
 		case 1:
 			doc = g01Object(n, `"s"`)
+		case 2:
+			doc = g01Array(n, `"`+strings.Repeat("b", 4096)+`"`)
 		default:
 			doc = []byte(strings.Repeat(`{"x":[`, n%48) + `{"a":0}` + strings.Repeat("]}", n%48))
 		}

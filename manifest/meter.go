@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -23,6 +24,11 @@ import (
 //     one per member of an object or array it is applied to (the loops
 //     over members, and the assertions that fail early inside them, are
 //     charged to the container's evaluation);
+//   - one per bytesPerUnit bytes of a string a regular expression is
+//     matched against (charged before matching: pattern, patternProperties,
+//     propertyNames' patterns), or that a schema with format, minLength or
+//     maxLength (or whose same-value subschemas have them) is applied to,
+//     or that are members of a container whose member schemas have them;
 //   - one per schema the default filler applies, plus the members it walks.
 //
 // About every checkEvery units (a fraction of a millisecond of work) the
@@ -125,19 +131,130 @@ func (m *meter) slow() {
 	m.next = m.used + checkEvery
 }
 
-// charge is what an evaluation of a schema applied to v costs: self for
-// the schema's own assertions and each member of a container member
-// (members times the heaviest own-assertion cost of a schema applied to
-// members, so that members failing those before the library reaches their
-// extension are charged too).
-func charge(v any, self, member int64) int64 {
+// bytesPerUnit is how many bytes of a string checked by a regular
+// expression or a format make one work unit (Go's regexp takes up to
+// about 0.1 us per byte, measured with [xy]z).
+const bytesPerUnit = 4
+
+// weights are what an evaluation of one schema object costs (charge).
+type weights struct {
+	self   int64 // its own assertions (ownWeight) and same-value fan-out
+	member int64 // per member of an object or array (memberWeight)
+	str    int64 // per bytesPerUnit of a string value: string assertions here and in same-value subschemas
+	memStr bool  // member schemas have string assertions: members' string bytes count
+}
+
+// charge is what an evaluation of a schema of weights w applied to v
+// costs: w.self, each member of a container (w.member: the heaviest
+// own-assertion cost of a schema applied to members, so that members
+// failing those before the library reaches their extension are charged
+// too), and the bytes of strings string assertions read.
+func charge(v any, w weights) int64 {
 	switch x := v.(type) {
+	case string:
+		return w.self + w.str*int64(len(x)/bytesPerUnit)
 	case map[string]any:
-		return self + int64(len(x))*member
+		n := w.self + int64(len(x))*w.member
+		if w.memStr {
+			for k, e := range x {
+				n += int64(len(k) / bytesPerUnit)
+				if s, ok := e.(string); ok {
+					n += int64(len(s) / bytesPerUnit)
+				}
+			}
+		}
+		return n
 	case []any:
-		return self + int64(len(x))*member
+		n := w.self + int64(len(x))*w.member
+		if w.memStr {
+			for _, e := range x {
+				if s, ok := e.(string); ok {
+					n += int64(len(s) / bytesPerUnit)
+				}
+			}
+		}
+		return n
 	}
-	return self
+	return w.self
+}
+
+// stringAsserts reports whether obj asserts on a string's content.
+func stringAsserts(obj map[string]any) bool {
+	for _, kw := range []string{"format", "minLength", "maxLength", "pattern"} {
+		if _, ok := obj[kw]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// weightsOf computes the weights of schema object obj.
+func weightsOf(obj map[string]any) weights {
+	w := weights{self: ownWeight(obj) + sameValueFanout(obj), member: memberWeight(obj)}
+	if stringAsserts(obj) {
+		w.str++
+	}
+	for _, sub := range sameValueSubschemas(obj) {
+		if stringAsserts(sub) {
+			w.str++
+		}
+	}
+	for _, sub := range memberSubschemas(obj) {
+		if stringAsserts(sub) {
+			w.memStr = true
+		}
+	}
+	return w
+}
+
+// sameValueSubschemas lists the schema objects obj applies to the value
+// itself.
+func sameValueSubschemas(obj map[string]any) []map[string]any {
+	var out []map[string]any
+	for _, kw := range []string{"allOf", "anyOf", "oneOf"} {
+		if a, ok := obj[kw].([]any); ok {
+			for _, x := range a {
+				if o, ok := x.(map[string]any); ok {
+					out = append(out, o)
+				}
+			}
+		}
+	}
+	for _, kw := range []string{"not", "if", "then", "else"} {
+		if o, ok := obj[kw].(map[string]any); ok {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// memberSubschemas lists the schema objects obj applies to members of an
+// object or array (and propertyNames, to its keys).
+func memberSubschemas(obj map[string]any) []map[string]any {
+	var out []map[string]any
+	one := func(v any) {
+		if o, ok := v.(map[string]any); ok {
+			out = append(out, o)
+		}
+	}
+	for _, kw := range []string{"items", "additionalProperties", "contains", "unevaluatedItems", "unevaluatedProperties", "additionalItems", "propertyNames"} {
+		one(obj[kw])
+	}
+	for _, kw := range []string{"prefixItems", "items"} {
+		if a, ok := obj[kw].([]any); ok {
+			for _, x := range a {
+				one(x)
+			}
+		}
+	}
+	for _, kw := range []string{"properties", "patternProperties"} {
+		if m, ok := obj[kw].(map[string]any); ok {
+			for _, x := range m {
+				one(x)
+			}
+		}
+	}
+	return out
 }
 
 // ownWeight is what a schema object's own assertions cost per value, in
@@ -205,27 +322,8 @@ func sameValueFanout(obj map[string]any) int64 {
 // members of an object or array, plus one.
 func memberWeight(obj map[string]any) int64 {
 	w := int64(1)
-	one := func(v any) {
-		if o, ok := v.(map[string]any); ok {
-			w = max(w, 1+ownWeight(o))
-		}
-	}
-	for _, kw := range []string{"items", "additionalProperties", "contains", "unevaluatedItems", "unevaluatedProperties", "additionalItems", "propertyNames"} {
-		one(obj[kw])
-	}
-	for _, kw := range []string{"prefixItems", "items"} {
-		if a, ok := obj[kw].([]any); ok {
-			for _, x := range a {
-				one(x)
-			}
-		}
-	}
-	for _, kw := range []string{"properties", "patternProperties"} {
-		if m, ok := obj[kw].(map[string]any); ok {
-			for _, x := range m {
-				one(x)
-			}
-		}
+	for _, sub := range memberSubschemas(obj) {
+		w = max(w, 1+ownWeight(sub))
 	}
 	return w
 }
@@ -254,13 +352,13 @@ type meterSlot struct{ m *meter }
 
 // meterExt counts an evaluation of one schema object.
 type meterExt struct {
-	slot         *meterSlot
-	self, member int64 // charge's weights for this schema object
+	slot *meterSlot
+	w    weights
 }
 
 func (e meterExt) Validate(_ *jsonschema.ValidatorContext, v any) {
 	if m := e.slot.m; m != nil {
-		m.add(charge(v, e.self, e.member))
+		m.add(charge(v, e.w))
 	}
 }
 
@@ -268,9 +366,34 @@ func meterVocabulary(slot *meterSlot) *jsonschema.Vocabulary {
 	return &jsonschema.Vocabulary{
 		URL: meterURL,
 		Compile: func(_ *jsonschema.CompilerContext, obj map[string]any) (jsonschema.SchemaExt, error) {
-			return meterExt{slot: slot, self: ownWeight(obj) + sameValueFanout(obj), member: memberWeight(obj)}, nil
+			return meterExt{slot: slot, w: weightsOf(obj)}, nil
 		},
 	}
+}
+
+// meteredRegexpEngine compiles regular expressions with Go's regexp (the
+// library's default) into ones that charge slot's meter for the string
+// before matching it.
+func meteredRegexpEngine(slot *meterSlot) jsonschema.RegexpEngine {
+	return func(expr string) (jsonschema.Regexp, error) {
+		re, err := regexp.Compile(expr)
+		if err != nil {
+			return nil, err
+		}
+		return meteredRegexp{re, slot}, nil
+	}
+}
+
+type meteredRegexp struct {
+	*regexp.Regexp
+	slot *meterSlot
+}
+
+func (r meteredRegexp) MatchString(s string) bool {
+	if m := r.slot.m; m != nil {
+		m.add(1 + int64(len(s)/bytesPerUnit))
+	}
+	return r.Regexp.MatchString(s)
 }
 
 // meteredCopy is one compilation of a schema document whose extensions

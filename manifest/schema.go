@@ -23,7 +23,7 @@ const docURL = "sandboxd:///schema.json"
 // Schema is a compiled JSON Schema. It is immutable and safe for concurrent
 // use by many goroutines.
 type Schema struct {
-	sch   *jsonschema.Schema          // the first compiled copy (fill, reach, issues)
+	sch   *jsonschema.Schema          // the first compiled copy (fill, reach, checks), never validated with
 	pool  *copyPool                   // meter.go: copies for validations
 	doc   any                         // the decoded schema document, never mutated
 	reach map[*jsonschema.Schema]bool // subschemas leading to a default (nil: none)
@@ -102,7 +102,15 @@ func compileSchema(pointer string, doc any, rule dialectRule) (s *Schema, err er
 	if cost(sch) > maxSchemaCost {
 		return nil, invalidSchema(pointer, pointer, "schema is too complex: validating one value would evaluate more than 1000000 subschemas", nil, nil)
 	}
-	pool := &copyPool{free: []*meteredCopy{first}, build: func() (*meteredCopy, error) { return compileCopy(doc) }}
+	// The first copy (sch) is never validated with: fill and defaultsReach
+	// use it while other goroutines validate, and its regular expressions
+	// must charge nothing. The pool starts with one copy of its own.
+	pool := &copyPool{build: func() (*meteredCopy, error) { return compileCopy(doc) }}
+	c, err := pool.build()
+	if err != nil {
+		return nil, invalidSchema(pointer, pointer, "schema could not be compiled again: "+err.Error(), nil, err)
+	}
+	pool.put(c)
 	return &Schema{sch: sch, pool: pool, doc: doc, reach: defaultsReach(sch), fast: compileFast(doc), leaf: leafWeight(sch)}, nil
 }
 
@@ -119,6 +127,7 @@ func compileCopy(doc any) (*meteredCopy, error) {
 	c.AssertFormat()
 	c.UseLoader(noLoader{})
 	c.RegisterVocabulary(meterVocabulary(slot))
+	c.UseRegexpEngine(meteredRegexpEngine(slot))
 	c.AssertVocabs() // the meter is active whatever the $schema's $vocabulary says
 	if err := c.AddResource(docURL, doc); err != nil {
 		return nil, addResourceError{err}
