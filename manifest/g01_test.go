@@ -149,6 +149,15 @@ func TestG01ValidationShapes(t *testing.T) {
 	for i := range 400 {
 		keyPatterns[fmt.Sprintf("[xy]z%d", i)] = true
 	}
+	multiples := make([]any, 100)
+	uniques := make([]any, 1000)
+	for i := range multiples {
+		multiples[i] = map[string]any{"multipleOf": 0.7}
+	}
+	for i := range uniques {
+		uniques[i] = map[string]any{"uniqueItems": true}
+	}
+	deep := "[" + strings.Repeat("[", 5000) + strings.Repeat("]", 5000) + "]"
 	long := []byte(`"` + strings.Repeat("b", 256<<10) + `"`)
 	cases := []struct {
 		name   string
@@ -176,6 +185,8 @@ func TestG01ValidationShapes(t *testing.T) {
 		{"pattern-not", map[string]any{"not": map[string]any{"anyOf": patterns}}, long, false},
 		{"patternProperties-keys", map[string]any{"patternProperties": keyPatterns}, []byte(`{"` + strings.Repeat("b", 256<<10) + `":0}`), false},
 		{"format", map[string]any{"allOf": formats}, long, false},
+		{"multipleOf-big-numbers", map[string]any{"items": map[string]any{"allOf": multiples}}, g01Array(100, "1."+strings.Repeat("3", 990)+"e9999"), false},
+		{"uniqueItems-deep", map[string]any{"allOf": uniques}, g01Array(10, deep), false},
 		{"defaults", map[string]any{"items": map[string]any{"$ref": "#/$defs/a6"}, "$defs": g01Defs("allOf", 10, map[string]any{"properties": map[string]any{"p": map[string]any{"default": 1}}})}, g01Array(100, "{}"), true},
 	}
 	const deadline = 200 * time.Millisecond

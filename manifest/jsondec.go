@@ -73,6 +73,9 @@ type decoded struct {
 	spans map[string]span
 	// cost is the estimated validation bytes (with decodeOpts.budget).
 	cost int64
+	// heavyNum is the largest numberWeight of a number literal in the
+	// document (meter.go).
+	heavyNum int64
 }
 
 // needsReencode reports whether a consumer reading the original bytes could
@@ -463,7 +466,11 @@ func (d *decoder) number() (any, error) {
 	if d.opts.discard {
 		return nil, nil // boxing a json.Number allocates
 	}
-	return json.Number(data[start:i]), nil
+	n := json.Number(data[start:i])
+	if w := numberWeight(n); w > d.out.heavyNum {
+		d.out.heavyNum = w
+	}
+	return n, nil
 }
 
 func mustAtoi(s string) int {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -99,6 +101,38 @@ func (e *WorkError) Is(target error) bool { return target == ErrWorkBudget }
 type meter struct {
 	used, next, limit int64
 	check             func() error
+	heavyNum          int64 // the document's largest numberWeight (0: no costly number)
+}
+
+// numberWeight is what reading number literal n costs the library beyond
+// one unit, in work units: it parses numbers into big.Rat for type integer,
+// bounds, multipleOf and comparisons, which costs in proportion to the
+// literal's length and the magnitude of its exponent (about 0.5 ms for
+// 1000 digits and an exponent of 9999, measured). 0 for ordinary numbers
+// (up to 3 characters), 1 for a 4-7 character one.
+func numberWeight(n json.Number) int64 {
+	s := string(n)
+	w := len(s)
+	if i := strings.IndexAny(s, "eE"); i >= 0 {
+		e, _ := strconv.Atoi(strings.TrimLeft(s[i+1:], "+-"))
+		w += e
+	}
+	return int64(w / 4)
+}
+
+// numberCharge is the extra charge of an evaluation of weights w on v when
+// the document holds costly numbers: the number's weight per same-value
+// evaluation, or for a container the heaviest number per member.
+func (m *meter) numberCharge(v any, w weights) int64 {
+	switch x := v.(type) {
+	case json.Number:
+		return w.self * numberWeight(x)
+	case map[string]any:
+		return int64(len(x)) * w.member * m.heavyNum
+	case []any:
+		return int64(len(x)) * w.member * m.heavyNum
+	}
+	return 0
 }
 
 func newMeter(w Work) *meter {
@@ -142,6 +176,7 @@ type weights struct {
 	member int64 // per member of an object or array (memberWeight)
 	str    int64 // per bytesPerUnit of a string value: string assertions here and in same-value subschemas
 	memStr bool  // member schemas have string assertions: members' string bytes count
+	unique bool  // uniqueItems: an array's whole tree counts
 }
 
 // charge is what an evaluation of a schema of weights w applied to v
@@ -190,7 +225,7 @@ func stringAsserts(obj map[string]any) bool {
 
 // weightsOf computes the weights of schema object obj.
 func weightsOf(obj map[string]any) weights {
-	w := weights{self: ownWeight(obj) + sameValueFanout(obj), member: memberWeight(obj)}
+	w := weights{self: ownWeight(obj) + sameValueFanout(obj), member: memberWeight(obj), unique: obj["uniqueItems"] == true}
 	if stringAsserts(obj) {
 		w.str++
 	}
@@ -358,8 +393,31 @@ type meterExt struct {
 
 func (e meterExt) Validate(_ *jsonschema.ValidatorContext, v any) {
 	if m := e.slot.m; m != nil {
-		m.add(charge(v, e.w))
+		n := charge(v, e.w)
+		if m.heavyNum > 0 {
+			n += m.numberCharge(v, e.w)
+		}
+		if a, ok := v.([]any); ok && e.w.unique {
+			n += treeSize(a) // uniqueItems hashes or compares every value
+		}
+		m.add(n)
 	}
+}
+
+// treeSize counts the JSON values in v.
+func treeSize(v any) int64 {
+	n := int64(1)
+	switch x := v.(type) {
+	case map[string]any:
+		for _, e := range x {
+			n += treeSize(e)
+		}
+	case []any:
+		for _, e := range x {
+			n += treeSize(e)
+		}
+	}
+	return n
 }
 
 func meterVocabulary(slot *meterSlot) *jsonschema.Vocabulary {

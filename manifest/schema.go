@@ -215,6 +215,7 @@ func (s *Schema) ValidateLimited(doc []byte, fillDefaults bool, budget int64, w 
 		return nil, nil, err
 	}
 	m := newMeter(w)
+	m.heavyNum = d.heavyNum
 	if values := d.cost / ValueCost; values > 0 && values*s.leaf > m.limit {
 		// Assertions that fail before the library reaches the meter are
 		// charged after their container's loop: refuse up front what
