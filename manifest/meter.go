@@ -21,7 +21,7 @@ import (
 // document. Every validation counts its work as it goes, in units:
 //
 //   - one per schema applied to a value (each schema object of the
-//     compiled graph carries a meterKeyword extension, which the library
+//     compiled graph carries a meterExt extension (the meter vocabulary), which the library
 //     runs once per evaluation that gets past its own assertions), plus
 //     one per member of an object or array it is applied to (the loops
 //     over members, and the assertions that fail early inside them, are
@@ -31,7 +31,17 @@ import (
 //     propertyNames' patterns), or that a schema with format, minLength or
 //     maxLength (or whose same-value subschemas have them) is applied to,
 //     or that are members of a container whose member schemas have them;
+//   - the weight of a costly number literal (numberWeight) per evaluation
+//     on it, when the document holds one; an array's whole tree under
+//     uniqueItems;
 //   - one per schema the default filler applies, plus the members it walks.
+//
+// Not interrupted inside: one regular expression, format check,
+// uniqueItems or enum comparison on one value (each charged). Assertions
+// that fail before the library reaches their extension (type, const,
+// enum, format) are charged to the schema that applied them, when it
+// ends; a document whose value count times the heaviest enum/const passes
+// the budget is refused before any work (ValidateLimited).
 //
 // About every checkEvery units (a fraction of a millisecond of work) the
 // meter compares the count with its limit and calls the caller's Check
