@@ -40,12 +40,12 @@ func TestG01ValidationBoundedByDeadline(t *testing.T) {
 	output := "[" + strings.TrimSuffix(strings.Repeat("0,", 10), ",") + "]" // 21 bytes
 	const deadline = 500 * time.Millisecond
 	const grace = 100 * time.Millisecond
-	call := func(tool *executor.Tool, input string, d time.Duration) (*executor.Result, error, time.Duration) {
+	call := func(tool *executor.Tool, input string, d time.Duration) (*executor.Result, time.Duration, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), d)
 		defer cancel()
 		start := time.Now()
 		res, err := tool.Invoke(ctx, executor.Request{Input: []byte(input)})
-		return res, err, time.Since(start)
+		return res, time.Since(start), err
 	}
 	heavyIn := func(cpuMs int) *executor.Tool {
 		return load(t, e, "echo_reactor", func(m map[string]any) {
@@ -62,14 +62,14 @@ func TestG01ValidationBoundedByDeadline(t *testing.T) {
 	}
 
 	t.Run("input-deadline", func(t *testing.T) {
-		res, err, took := call(heavyIn(300000), input, deadline)
+		res, took, err := call(heavyIn(300000), input, deadline)
 		wantCode(t, err, toolerr.DeadlineExceeded)
 		if res != nil || took > deadline+grace {
 			t.Fatalf("result %v after %v (deadline %v)", res, took, deadline)
 		}
 	})
 	t.Run("input-budget", func(t *testing.T) {
-		_, err, took := call(heavyIn(100), input, time.Minute)
+		_, took, err := call(heavyIn(100), input, time.Minute)
 		te := wantCode(t, err, toolerr.InputValidationFailed)
 		if te.Details["budget"] != "validationWork" || te.Details["raise"] != "limits.cpuMs" {
 			t.Fatalf("details %v", te.Details)
@@ -77,7 +77,7 @@ func TestG01ValidationBoundedByDeadline(t *testing.T) {
 		t.Logf("refused after %v: %s", took, te.Message)
 	})
 	t.Run("output-deadline", func(t *testing.T) {
-		res, err, took := call(heavyOut(300000), output, deadline)
+		res, took, err := call(heavyOut(300000), output, deadline)
 		wantCode(t, err, toolerr.DeadlineExceeded)
 		if took > deadline+grace || (res != nil && res.Output != nil) {
 			t.Fatalf("output %s after %v (deadline %v): %v %+v", res.Output, took, deadline, err, res)
@@ -87,7 +87,7 @@ func TestG01ValidationBoundedByDeadline(t *testing.T) {
 		}
 	})
 	t.Run("output-cpuMs", func(t *testing.T) {
-		res, err, took := call(heavyOut(100), output, time.Minute)
+		res, took, err := call(heavyOut(100), output, time.Minute)
 		te := wantCode(t, err, toolerr.LimitsExceeded)
 		if te.Details["limit"] != "cpuMs" || res == nil || res.Output != nil || res.Usage.CPUMs < 100 {
 			t.Fatalf("details %v, result %+v", te.Details, res)
@@ -101,7 +101,7 @@ func TestG01ValidationBoundedByDeadline(t *testing.T) {
 			m["limits"] = map[string]any{"memMB": 16, "cpuMs": 100}
 		})
 		big := "[" + strings.TrimSuffix(strings.Repeat("0,", 10000), ",") + "]"
-		res, err, _ := call(tool, big, time.Minute)
+		res, _, err := call(tool, big, time.Minute)
 		if err != nil || len(res.Output) != len(big) {
 			t.Fatalf("10,000 items: %v", err)
 		}

@@ -74,12 +74,12 @@ func g01Object(n int, value string) []byte {
 
 // g01Validate validates doc against s with deadline and an unlimited work
 // budget, and returns the error and the time it took.
-func g01Validate(s *Schema, doc []byte, fill bool, deadline time.Duration) (error, time.Duration) {
+func g01Validate(s *Schema, doc []byte, fill bool, deadline time.Duration) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
 	start := time.Now()
 	_, _, err := s.ValidateLimited(doc, fill, 0, Work{Limit: 1 << 40, Check: ctx.Err})
-	return err, time.Since(start)
+	return time.Since(start), err
 }
 
 // TestG01ValidationBoundedByDeadline: the reproducer's schema applied to
@@ -91,7 +91,7 @@ func TestG01ValidationBoundedByDeadline(t *testing.T) {
 	s := g01Compile(t, schema)
 	doc := g01Array(100, "0")
 	const deadline = 300 * time.Millisecond
-	err, took := g01Validate(s, doc, true, deadline)
+	took, err := g01Validate(s, doc, true, deadline)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("want the deadline's error, got %v after %v", err, took)
 	}
@@ -195,7 +195,7 @@ func TestG01ValidationShapes(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			s := g01Compile(t, tc.schema)
-			err, took := g01Validate(s, tc.doc, tc.fill, deadline)
+			took, err := g01Validate(s, tc.doc, tc.fill, deadline)
 			if took > deadline+g01Grace {
 				t.Fatalf("validation took %v, deadline %v", took, deadline)
 			}
@@ -338,7 +338,7 @@ func FuzzG01ValidationBounded(f *testing.F) {
 			doc = []byte(strings.Repeat(`{"x":[`, n%48) + `{"a":0}` + strings.Repeat("]}", n%48))
 		}
 		const deadline = 100 * time.Millisecond
-		if _, took := g01Validate(s, doc, true, deadline); took > deadline+g01Grace {
+		if took, _ := g01Validate(s, doc, true, deadline); took > deadline+g01Grace {
 			t.Fatalf("%s: validation took %v, deadline %v", raw, took, deadline)
 		}
 	})
