@@ -2,6 +2,7 @@ package executor_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -93,6 +94,27 @@ func TestG01ValidationBoundedByDeadline(t *testing.T) {
 			t.Fatalf("details %v, result %+v", te.Details, res)
 		}
 		t.Logf("stopped after %v, usage.cpuMs %v", took, res.Usage.CPUMs)
+	})
+	t.Run("needs-config", func(t *testing.T) {
+		heavyCfg := func(cpuMs int) *executor.Tool {
+			return load(t, e, "echo_reactor", func(m map[string]any) {
+				m["needsSpec"] = map[string]any{"config": map[string]any{"C": g01Schema()}}
+				m["limits"] = map[string]any{"memMB": 16, "cpuMs": cpuMs}
+			})
+		}
+		req := executor.Request{Input: []byte(`{}`), Context: executor.CallContext{Config: map[string]json.RawMessage{"C": json.RawMessage(input)}}}
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		defer cancel()
+		start := time.Now()
+		_, err := heavyCfg(300000).Invoke(ctx, req)
+		wantCode(t, err, toolerr.DeadlineExceeded)
+		if took := time.Since(start); took > deadline+grace {
+			t.Fatalf("config validation took %v (deadline %v)", took, deadline)
+		}
+		_, err = heavyCfg(100).Invoke(context.Background(), req)
+		if te := wantCode(t, err, toolerr.InputValidationFailed); te.Details["budget"] != "validationWork" {
+			t.Fatalf("details %v", te.Details)
+		}
 	})
 	t.Run("ordinary", func(t *testing.T) {
 		tool := load(t, e, "echo_reactor", func(m map[string]any) {

@@ -65,9 +65,10 @@ func escapePointer(s string) string {
 }
 
 // resolveNeeds validates the call's env and config values against the
-// declared schemas, keeping declared names only. A declared env value that is
-// missing or invalid fails the call before any guest starts.
-func (t *Tool) resolveNeeds(cc *CallContext) (env map[string]string, cfg map[string][]byte, err error) {
+// declared schemas within w (validate.go), keeping declared names only. A
+// declared env value that is missing or invalid fails the call before any
+// guest starts; so does a validation w stops (needsStopped).
+func (t *Tool) resolveNeeds(cc *CallContext, w manifest.Work) (env map[string]string, cfg map[string][]byte, err error) {
 	if len(t.needs.env) == 0 && len(t.needs.config) == 0 {
 		// Nothing declared: the shared empty maps (read only everywhere;
 		// the context document's env is {} as with a fresh empty map).
@@ -88,7 +89,10 @@ func (t *Tool) resolveNeeds(cc *CallContext) (env map[string]string, cfg map[str
 			continue
 		}
 		doc, _ := json.Marshal(v)
-		_, iss, _ := t.needs.env[name].Validate(doc, false)
+		_, iss, verr := t.needs.env[name].ValidateLimited(doc, false, 0, w)
+		if verr != nil {
+			return nil, nil, needsStopped("/ctx/env/"+escapePointer(name), verr)
+		}
 		for _, is := range iss {
 			is.InstancePath = "/ctx/env/" + escapePointer(name) + is.InstancePath
 			issues = append(issues, is)
@@ -101,7 +105,10 @@ func (t *Tool) resolveNeeds(cc *CallContext) (env map[string]string, cfg map[str
 		if !ok {
 			continue // config_get answers not-found
 		}
-		out, iss, verr := s.Validate(raw, true)
+		out, iss, verr := s.ValidateLimited(raw, true, 0, w)
+		if stopped := needsStopped("/ctx/config/"+escapePointer(name), verr); stopped != nil {
+			return nil, nil, stopped
+		}
 		if verr != nil {
 			issues = append(issues, toolerr.Issue{InstancePath: "/ctx/config/" + escapePointer(name), Keyword: "type", Params: map[string]any{}, Message: "must be a JSON value"})
 			continue

@@ -219,10 +219,11 @@ func (t *Tool) invoke(ctx context.Context, req *Request, observed *CallContext) 
 	if observed != nil {
 		t.observe(CallEvent{Phase: PhaseInProgress, CallID: req.CallID, Context: observed, Input: input})
 	}
-	env, cfgValues, err := t.resolveNeeds(&req.Context)
+	env, cfgValues, ncpu, err := t.resolveNeedsMetered(c, &req.Context)
 	if err != nil {
 		return nil, err
 	}
+	vcpu += ncpu
 	// The context document is made when the guest first reads it
 	// (invocation.contextDoc): most calls never do.
 	inv := &invocation{tool: t, input: input, cc: req.Context, env: env, config: cfgValues, secrets: t.declaredSecrets(req.Context.Secrets)}

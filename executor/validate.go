@@ -40,6 +40,38 @@ func (t *Tool) validateInput(c context.Context, input []byte) ([]byte, time.Dura
 	return out, cpu, err
 }
 
+// resolveNeedsMetered is resolveNeeds under c and the tool's work budget;
+// it returns the CPU time validating took.
+func (t *Tool) resolveNeedsMetered(c context.Context, cc *CallContext) (env map[string]string, cfg map[string][]byte, cpu time.Duration, err error) {
+	if len(t.needs.env) == 0 && len(t.needs.config) == 0 {
+		env, cfg, err = t.resolveNeeds(cc, manifest.Work{})
+		return env, cfg, 0, err
+	}
+	cpu, err = t.validating(c, 0, func(w manifest.Work) (err error) {
+		env, cfg, err = t.resolveNeeds(cc, w)
+		return err
+	})
+	return env, cfg, cpu, err
+}
+
+// needsStopped is the error of a needsSpec value's validation that its
+// Work stopped (at pointer): over the budget, input-validation-failed
+// naming it; otherwise the Check's error. nil for any other err (nil, or
+// the value is not JSON).
+func needsStopped(pointer string, err error) error {
+	var werr *manifest.WorkError
+	var te *toolerr.Error
+	switch {
+	case errors.As(err, &werr):
+		return &toolerr.Error{Code: toolerr.InputValidationFailed,
+			Message: fmt.Sprintf("call context value %s is refused: %v: raise limits.cpuMs, send a smaller value or simplify the schema", pointer, err),
+			Details: map[string]any{"budget": "validationWork", "limit": werr.Limit, "raise": "limits.cpuMs", "pointer": pointer}, Err: err}
+	case errors.As(err, &te):
+		return te
+	}
+	return nil
+}
+
 // validateOutput validates the guest's output under c within the memMB
 // headroom budget and the cpuMs the guest left (guest: its CPU time), and
 // returns it with the CPU time validating took. Over the work budget:

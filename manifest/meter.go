@@ -76,7 +76,7 @@ const (
 // DefaultWorkLimit is the work budget of Validate, ValidateWithin,
 // Tool.ValidateInput and Tool.ValidateOutput: WorkLimit of the default
 // cpuMs (10000).
-var DefaultWorkLimit = WorkLimit(defaultCPUMs)
+const DefaultWorkLimit = defaultCPUMs * WorkPerCPUMs
 
 // WorkLimit is the work budget of validating one document of a tool whose
 // limits.cpuMs is cpuMs: WorkPerCPUMs units per millisecond, at least
