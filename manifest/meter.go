@@ -67,7 +67,7 @@ type Work struct {
 const (
 	WorkPerCPUMs  = 4000
 	MinWorkLimit  = 1 << 20
-	checkEvery    = 1 << 10
+	checkEvery    = 1 << 8
 	maxWorkLimit  = 1 << 40
 	defaultCPUMs  = 10000
 	workLimitHelp = "raise limits.cpuMs, send a smaller document or simplify the schema"
