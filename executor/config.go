@@ -1,12 +1,15 @@
 package executor
 
 import (
+	"crypto/tls"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/sandboxd/sandboxd/artifact"
+	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/manifest"
 )
 
@@ -106,6 +109,26 @@ func (c Config) WithDefaultTimeout(d time.Duration) Config {
 	return c
 }
 
+// WithFuelBudget gives every call a deterministic budget of n fuel units
+// (about one per Wasm instruction; see internal/fuel): a call that spends it
+// fails with limits-exceeded, details.limit "fuel" — the same outcome on
+// every machine, unlike cpuMs. 0 (the default) means no fuel budget. Every
+// call reports the fuel it used in Usage.Fuel either way.
+func (c Config) WithFuelBudget(n int64) Config {
+	c.fuelBudget = max(n, 0)
+	return c
+}
+
+// WithAllowUnmetered makes Load accept a module the fuel pass refuses and
+// run it unmetered: wazero's close-on-context-done stops it at the CPU
+// budget, the deadline and cancellation (at every loop header, 13–25× slower
+// on tight loops), the fuel budget does not apply to it and its Usage.Fuel
+// is 0. The default (false) refuses such a module with handler-shape-invalid.
+func (c Config) WithAllowUnmetered(allow bool) Config {
+	c.allowUnmetered = allow
+	return c
+}
+
 // WithResolver sets the resolver for non-filesystem artifact refs (OCI).
 func (c Config) WithResolver(r artifact.Resolver) Config {
 	c.resolver = r
@@ -144,10 +167,10 @@ func (c Config) WithLogSink(sink func(LogRecord)) Config {
 	return c
 }
 
-// WithIdleInstances sets how many warm instances a `none`-posture tool keeps
-// for reuse.
-func (c Config) WithIdleInstances(n int) Config {
-	c.idleInstances = n
+// WithCallObserver sets a function called synchronously for every lifecycle
+// event of every call. It must be fast and must not block; nil disables.
+func (c Config) WithCallObserver(fn func(CallEvent)) Config {
+	c.observer = fn
 	return c
 }
 
@@ -156,4 +179,176 @@ type LogRecord struct {
 	ToolID string
 	Level  int32
 	Msg    string
+}
+
+// WithIdleInstances sets how many warm instances a `none`-posture tool keeps
+// for reuse.
+func (c Config) WithIdleInstances(n int) Config {
+	c.idleInstances = n
+	return c
+}
+
+// WithPoolSize sets the most pre-warmed instances each context-isolated or
+// strict reactor tool keeps ready (0 disables pooling); pools grow toward it
+// under load and shrink when idle. Tools that declare needsSpec.env are not
+// pooled: their WASI environment comes with each call.
+func (c Config) WithPoolSize(n int) Config {
+	c.poolSize = max(n, 0)
+	c.poolSizeSet = true
+	return c
+}
+
+// WithPoolBudget caps the linear memory held by all idle pre-warmed instances
+// of all tools together, in bytes (default DefaultPoolBudget), and sets after
+// how long without a take a pool shrinks by one instance (default
+// DefaultPoolIdle).
+func (c Config) WithPoolBudget(bytes int64, idle time.Duration) Config {
+	c.poolBudget, c.poolIdle = bytes, idle
+	return c
+}
+
+// Pool defaults.
+const (
+	defaultPoolSize   = 8
+	initialPoolTarget = 2
+	DefaultPoolBudget = 512 << 20
+	DefaultPoolIdle   = 30 * time.Second
+)
+
+func (c *Config) poolLimits() (budget int64, idle time.Duration) {
+	budget, idle = c.poolBudget, c.poolIdle
+	if budget <= 0 {
+		budget = DefaultPoolBudget
+	}
+	if idle <= 0 {
+		idle = DefaultPoolIdle
+	}
+	return budget, idle
+}
+
+// WithRecycling turns instance recycling for context-isolated tools on (the
+// default) or off. Off, every context-isolated call uses a never-used
+// instance, as strict calls do.
+func (c Config) WithRecycling(on bool) Config {
+	c.noRecycle = !on
+	return c
+}
+
+// WithInstanceImages turns instance images for context-isolated and strict
+// tools on (the default) or off. Off, every instance runs its own
+// _initialize, so none shares the values its guest drew then with another.
+func (c Config) WithInstanceImages(on bool) Config {
+	c.noImages = !on
+	return c
+}
+
+// WithDeterministic makes guests see fixed clocks and a seeded random
+// source, so that the same call gives the same answer on every machine and
+// every run:
+//
+//   - the wall clock starts at DeterministicEpoch and the monotonic clock at
+//     0 in every new instance, and both advance by exactly 1 ms per reading;
+//   - a sleep returns at once and advances both clocks by its duration;
+//   - random_get (and everything built on it, such as Go's crypto/rand and
+//     map iteration order) reads a ChaCha8 stream seeded with seed, restarted
+//     for every instance.
+//
+// Everything else (limits, postures, egress) is unchanged. It is meant for
+// conformance testing, never for production: guests relying on randomness
+// for secrecy get none.
+func (c Config) WithDeterministic(seed uint64) Config {
+	c.deterministic, c.seed = true, seed
+	return c
+}
+
+// egressConfig is the operator's egress settings (see the WithEgress*
+// options).
+type egressConfig struct {
+	allowRanges  []netip.Prefix
+	resolver     egress.Resolver
+	dial         egress.DialFunc
+	tls          *tls.Config
+	limits       egress.Limits
+	secrets      SecretSource
+	secretDests  egress.SecretDestinations
+	secretScopes SecretScopes
+}
+
+// WithEgressAllowCIDRs sets operator allow-ranges: addresses inside them may
+// be reached by the HTTP import although their class (loopback, private,
+// link-local, …) is denied by default. The tool's network policy must still
+// admit the destination's host. `--egress-allow-cidr`.
+func (c Config) WithEgressAllowCIDRs(ranges ...netip.Prefix) Config {
+	c.egress.allowRanges = append([]netip.Prefix(nil), ranges...)
+	return c
+}
+
+// WithEgressResolver sets the resolver the HTTP import uses (default: the
+// system resolver). Tests inject a fake.
+func (c Config) WithEgressResolver(r egress.Resolver) Config {
+	c.egress.resolver = r
+	return c
+}
+
+// WithEgressDialer sets how the HTTP import connects to an address that
+// passed the policy (default: a TCP dialer). Tests inject a recorder.
+func (c Config) WithEgressDialer(d egress.DialFunc) Config {
+	c.egress.dial = d
+	return c
+}
+
+// WithEgressTLS sets the TLS client configuration for https requests
+// (default: the system roots). It is cloned per invocation.
+func (c Config) WithEgressTLS(tc *tls.Config) Config {
+	c.egress.tls = tc
+	return c
+}
+
+// WithEgressLimits sets the per-invocation egress budgets; zero fields keep
+// egress.DefaultLimits.
+func (c Config) WithEgressLimits(l egress.Limits) Config {
+	c.egress.limits = l
+	return c
+}
+
+// WithSecrets sets the operator's secret source, consulted for a declared
+// secret the call context does not carry (`run` and `serve` without a
+// Kindgi caller). Only names a manifest declares in needsSpec.secrets are
+// ever looked up.
+func (c Config) WithSecrets(src SecretSource) Config {
+	c.egress.secrets = src
+	return c
+}
+
+// WithSecretDestinations binds secrets to the destinations they may be sent
+// to (`--secret-destination NAME=origin`, parsed by
+// egress.ParseSecretDestinations): a bound secret is substituted into a
+// request header only when the request's origin matches one of its entries
+// (and the tool's allowlist admits it); anywhere else the request is refused
+// with an egress "denied" error naming the secret, never its value. Secrets
+// not bound go to any destination of the tool's allowlist (for a declarative
+// HTTP tool without network, its urlTemplate's origin). See docs/egress.md.
+func (c Config) WithSecretDestinations(d egress.SecretDestinations) Config {
+	c.egress.secretDests = make(egress.SecretDestinations, len(d))
+	for k, v := range d {
+		c.egress.secretDests[k] = append([]egress.Entry(nil), v...)
+	}
+	return c
+}
+
+// WithSecretScopes limits which tools may read each operator secret
+// (`--secret-scope NAME=PATTERN[,PATTERN…]`): a scoped secret from the
+// operator's source (WithSecrets) is given only to tools whose id matches
+// one of its patterns (path.Match syntax, e.g. "acme.*"); to every other tool
+// it does not exist (secret_get answers not-found, a placeholder is
+// refused as for a missing secret). A secret without a scope is given to
+// any tool that declares it in needsSpec.secrets. Secrets the caller passes
+// in the call context are the caller's to give and are not scoped. Patterns
+// are checked by ParseSecretScopes.
+func (c Config) WithSecretScopes(s SecretScopes) Config {
+	c.egress.secretScopes = make(SecretScopes, len(s))
+	for k, v := range s {
+		c.egress.secretScopes[k] = append([]string(nil), v...)
+	}
+	return c
 }

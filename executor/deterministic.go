@@ -17,25 +17,6 @@ const DeterministicEpoch int64 = 1767225600_000_000_000
 // reading, so that loops waiting for time to pass still end.
 const deterministicStep int64 = 1_000_000 // 1 ms
 
-// WithDeterministic makes guests see fixed clocks and a seeded random
-// source, so that the same call gives the same answer on every machine and
-// every run:
-//
-//   - the wall clock starts at DeterministicEpoch and the monotonic clock at
-//     0 in every new instance, and both advance by exactly 1 ms per reading;
-//   - a sleep returns at once and advances both clocks by its duration;
-//   - random_get (and everything built on it, such as Go's crypto/rand and
-//     map iteration order) reads a ChaCha8 stream seeded with seed, restarted
-//     for every instance.
-//
-// Everything else (limits, postures, egress) is unchanged. It is meant for
-// conformance testing, never for production: guests relying on randomness
-// for secrecy get none.
-func (c Config) WithDeterministic(seed uint64) Config {
-	c.deterministic, c.seed = true, seed
-	return c
-}
-
 // NewDeterministic is New(ctx, cfg.WithDeterministic(seed)).
 func NewDeterministic(ctx context.Context, cfg Config, seed uint64) (*Executor, error) {
 	return New(ctx, cfg.WithDeterministic(seed))

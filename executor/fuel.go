@@ -93,26 +93,6 @@ func (mt *metering) ranOut() bool {
 	return mt != nil && mt.m.Exhausted() && !mt.m.Interrupted()
 }
 
-// WithFuelBudget gives every call a deterministic budget of n fuel units
-// (about one per Wasm instruction; see internal/fuel): a call that spends it
-// fails with limits-exceeded, details.limit "fuel" — the same outcome on
-// every machine, unlike cpuMs. 0 (the default) means no fuel budget. Every
-// call reports the fuel it used in Usage.Fuel either way.
-func (c Config) WithFuelBudget(n int64) Config {
-	c.fuelBudget = max(n, 0)
-	return c
-}
-
-// WithAllowUnmetered makes Load accept a module the fuel pass refuses and
-// run it unmetered: wazero's close-on-context-done stops it at the CPU
-// budget, the deadline and cancellation (at every loop header, 13–25× slower
-// on tight loops), the fuel budget does not apply to it and its Usage.Fuel
-// is 0. The default (false) refuses such a module with handler-shape-invalid.
-func (c Config) WithAllowUnmetered(allow bool) Config {
-	c.allowUnmetered = allow
-	return c
-}
-
 // unmeteredRefused is the load error of a module the pass refused.
 func unmeteredRefused(err error) error {
 	why := err.Error()

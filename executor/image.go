@@ -43,14 +43,6 @@ import (
 // (`sandboxd serve --instance-images=false`): every instance then runs its
 // own _initialize.
 
-// WithInstanceImages turns instance images for context-isolated and strict
-// tools on (the default) or off. Off, every instance runs its own
-// _initialize, so none shares the values its guest drew then with another.
-func (c Config) WithInstanceImages(on bool) Config {
-	c.noImages = !on
-	return c
-}
-
 // imageMapMin is the smallest memory an image holds as a memfd; a smaller
 // one is copied (a few microseconds) rather than mapped and faulted in.
 const imageMapMin = inlineResetMax

@@ -35,13 +35,6 @@ type CallEvent struct {
 	Err error
 }
 
-// WithCallObserver sets a function called synchronously for every lifecycle
-// event of every call. It must be fast and must not block; nil disables.
-func (c Config) WithCallObserver(fn func(CallEvent)) Config {
-	c.observer = fn
-	return c
-}
-
 func (t *Tool) observe(ev CallEvent) {
 	if fn := t.exec.cfg.observer; fn != nil {
 		ev.Tool = t

@@ -40,44 +40,6 @@ type pool struct {
 	lastTake atomic.Int64 // unix nanoseconds of the last take
 }
 
-// WithPoolSize sets the most pre-warmed instances each context-isolated or
-// strict reactor tool keeps ready (0 disables pooling); pools grow toward it
-// under load and shrink when idle. Tools that declare needsSpec.env are not
-// pooled: their WASI environment comes with each call.
-func (c Config) WithPoolSize(n int) Config {
-	c.poolSize = max(n, 0)
-	c.poolSizeSet = true
-	return c
-}
-
-// WithPoolBudget caps the linear memory held by all idle pre-warmed instances
-// of all tools together, in bytes (default DefaultPoolBudget), and sets after
-// how long without a take a pool shrinks by one instance (default
-// DefaultPoolIdle).
-func (c Config) WithPoolBudget(bytes int64, idle time.Duration) Config {
-	c.poolBudget, c.poolIdle = bytes, idle
-	return c
-}
-
-// Pool defaults.
-const (
-	defaultPoolSize   = 8
-	initialPoolTarget = 2
-	DefaultPoolBudget = 512 << 20
-	DefaultPoolIdle   = 30 * time.Second
-)
-
-func (c *Config) poolLimits() (budget int64, idle time.Duration) {
-	budget, idle = c.poolBudget, c.poolIdle
-	if budget <= 0 {
-		budget = DefaultPoolBudget
-	}
-	if idle <= 0 {
-		idle = DefaultPoolIdle
-	}
-	return budget, idle
-}
-
 func (t *reactorHandler) poolable() bool {
 	return (t.posture == manifest.PostureContextIsolated || t.posture == manifest.PostureStrict) &&
 		len(t.needs.env) == 0

@@ -53,14 +53,6 @@ import (
 // instance), nor does a deterministic executor (its clocks and random stream
 // live outside the guest), nor an executor configured WithRecycling(false).
 
-// WithRecycling turns instance recycling for context-isolated tools on (the
-// default) or off. Off, every context-isolated call uses a never-used
-// instance, as strict calls do.
-func (c Config) WithRecycling(on bool) Config {
-	c.noRecycle = !on
-	return c
-}
-
 // state is a module instance's state right after initialisation: what a
 // reset writes back and what an instance cloned from its tool's image starts
 // from (image.go).
