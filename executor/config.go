@@ -15,56 +15,86 @@ import (
 
 // Config holds an Executor's long-lived settings. It is immutable: every With
 // method returns a changed copy. The zero value is not usable; start from
-// NewConfig.
+// NewConfig, which sets every default.
 type Config struct {
-	cacheDir       string
-	cacheDirSet    bool
+	// Compilation cache (WithCacheDir). cacheDirErr is why NewConfig found
+	// no default directory; New reports it unless WithCacheDir chose one.
+	cacheDir    string
+	cacheDirErr error
+
+	// Limits (WithDefaultLimits, WithMaxLimits, WithDefaultTimeout,
+	// WithFuelBudget, WithAllowUnmetered).
 	defaultMemMB   int64
 	defaultCPUMs   int64
-	defaultTimeout time.Duration
-	resolver       artifact.Resolver
-	dev            bool
-	refused        map[manifest.Posture]bool
-	guestStdout    io.Writer
-	guestStderr    io.Writer
-	logSink        func(LogRecord)
-	idleInstances  int
-	observer       func(CallEvent)
-	poolSize       int
-	poolSizeSet    bool
-	egress         egressConfig // config_egress.go
-	deterministic  bool         // deterministic.go
-	poolBudget     int64        // pool.go
-	fuelBudget     int64        // fuel.go
-	allowUnmetered bool         // fuel.go
-	noRecycle      bool         // recycle.go
-	noImages       bool         // image.go
-	poolIdle       time.Duration
-	seed           uint64
-	maxMemMB       int64 // operator ceilings (WithMaxLimits); 0: none
+	maxMemMB       int64 // operator ceilings; 0: none
 	maxCPUMs       int64
+	defaultTimeout time.Duration
+	fuelBudget     int64
+	allowUnmetered bool
+
+	// Loading (WithResolver, WithDevMode, WithRefusedPostures).
+	resolver artifact.Resolver
+	dev      bool
+	refused  map[manifest.Posture]bool
+
+	// Guest output and observation (WithGuestOutput, WithLogSink,
+	// WithCallObserver).
+	guestStdout io.Writer
+	guestStderr io.Writer
+	logSink     func(LogRecord)
+	observer    func(CallEvent)
+
+	// Instances (WithIdleInstances, WithPoolSize, WithPoolBudget,
+	// WithRecycling, WithInstanceImages).
+	idleInstances int
+	poolSize      int
+	poolBudget    int64
+	poolIdle      time.Duration
+	recycle       bool
+	images        bool
+
+	// Determinism (WithDeterministic).
+	deterministic bool
+	seed          uint64
+
+	// Egress (the WithEgress* and WithSecret* methods).
+	egress egressConfig
 }
 
 // Defaults applied by NewConfig.
 const (
-	DefaultMemMB   = 128
-	DefaultCPUMs   = 10_000
-	DefaultTimeout = 120 * time.Second
+	DefaultMemMB      = 128
+	DefaultCPUMs      = 10_000
+	DefaultTimeout    = 120 * time.Second
+	DefaultPoolBudget = 512 << 20
+	DefaultPoolIdle   = 30 * time.Second
+
+	defaultIdleInstances = 4
+	defaultPoolSize      = 8
 )
 
 // NewConfig returns the default configuration: the persistent compilation
 // cache in DefaultCacheDir, limits DefaultMemMB / DefaultCPUMs for tools that
 // declare none, a DefaultTimeout wall deadline for calls whose context has
 // none, no OCI resolver, filesystem refs refused (not dev mode), guest
-// stdout/stderr and logs to os.Stderr.
+// stdout/stderr and logs to os.Stderr, pools of up to 8 instances within
+// DefaultPoolBudget, recycling and instance images on.
 func NewConfig() Config {
+	dir, err := DefaultCacheDir()
 	return Config{
+		cacheDir:       dir,
+		cacheDirErr:    err,
 		defaultMemMB:   DefaultMemMB,
 		defaultCPUMs:   DefaultCPUMs,
 		defaultTimeout: DefaultTimeout,
 		guestStdout:    os.Stderr,
 		guestStderr:    os.Stderr,
-		idleInstances:  4,
+		idleInstances:  defaultIdleInstances,
+		poolSize:       defaultPoolSize,
+		poolBudget:     DefaultPoolBudget,
+		poolIdle:       DefaultPoolIdle,
+		recycle:        true,
+		images:         true,
 	}
 }
 
@@ -82,7 +112,7 @@ func DefaultCacheDir() (string, error) {
 // string keeps compiled code in memory only. The directory is created mode
 // 0700; an existing one writable by other users is refused by New.
 func (c Config) WithCacheDir(dir string) Config {
-	c.cacheDir, c.cacheDirSet = dir, true
+	c.cacheDir, c.cacheDirErr = dir, nil
 	return c
 }
 
@@ -194,7 +224,6 @@ func (c Config) WithIdleInstances(n int) Config {
 // pooled: their WASI environment comes with each call.
 func (c Config) WithPoolSize(n int) Config {
 	c.poolSize = max(n, 0)
-	c.poolSizeSet = true
 	return c
 }
 
@@ -207,14 +236,8 @@ func (c Config) WithPoolBudget(bytes int64, idle time.Duration) Config {
 	return c
 }
 
-// Pool defaults.
-const (
-	defaultPoolSize   = 8
-	initialPoolTarget = 2
-	DefaultPoolBudget = 512 << 20
-	DefaultPoolIdle   = 30 * time.Second
-)
-
+// poolLimits returns the pool budget and idle period, a value WithPoolBudget
+// set to 0 or less meaning the default.
 func (c *Config) poolLimits() (budget int64, idle time.Duration) {
 	budget, idle = c.poolBudget, c.poolIdle
 	if budget <= 0 {
@@ -230,7 +253,7 @@ func (c *Config) poolLimits() (budget int64, idle time.Duration) {
 // default) or off. Off, every context-isolated call uses a never-used
 // instance, as strict calls do.
 func (c Config) WithRecycling(on bool) Config {
-	c.noRecycle = !on
+	c.recycle = on
 	return c
 }
 
@@ -238,7 +261,7 @@ func (c Config) WithRecycling(on bool) Config {
 // tools on (the default) or off. Off, every instance runs its own
 // _initialize, so none shares the values its guest drew then with another.
 func (c Config) WithInstanceImages(on bool) Config {
-	c.noImages = !on
+	c.images = on
 	return c
 }
 

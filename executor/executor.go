@@ -54,14 +54,10 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 	if cfg.maxMemMB > 0 && cfg.defaultMemMB > cfg.maxMemMB || cfg.maxCPUMs > 0 && cfg.defaultCPUMs > cfg.maxCPUMs {
 		return nil, fmt.Errorf("executor: default limits (memMB %d, cpuMs %d) are above the ceilings (memMB %d, cpuMs %d)", cfg.defaultMemMB, cfg.defaultCPUMs, cfg.maxMemMB, cfg.maxCPUMs)
 	}
-	dir := cfg.cacheDir
-	if !cfg.cacheDirSet {
-		d, err := DefaultCacheDir()
-		if err != nil {
-			return nil, fmt.Errorf("executor: no user cache directory (set one explicitly): %w", err)
-		}
-		dir = d
+	if cfg.cacheDirErr != nil {
+		return nil, fmt.Errorf("executor: no user cache directory (set one explicitly): %w", cfg.cacheDirErr)
 	}
+	dir := cfg.cacheDir
 	var cache wazero.CompilationCache
 	fuelDir := ""
 	if dir == "" {

@@ -50,7 +50,7 @@ const imageMapMin = inlineResetMax
 // imageable reports whether t's instances may be loaded from an image.
 func (t *reactorHandler) imageable() bool {
 	return t.metered && t.verdict.resettable && t.poolable() &&
-		!t.exec.cfg.deterministic && !t.exec.cfg.noImages
+		!t.exec.cfg.deterministic && t.exec.cfg.images
 }
 
 // hostWatch records whether an instance's _initialize may have changed its

@@ -10,6 +10,9 @@ import (
 	"github.com/sandboxd/sandboxd/manifest"
 )
 
+// initialPoolTarget is the target a new pool starts at (at most its size).
+const initialPoolTarget = 2
+
 // pool keeps pre-instantiated, never-used reactor instances for a
 // context-isolated or strict tool, so a call takes a fresh instance without
 // paying for instantiation and _initialize. A background goroutine refills it
@@ -46,10 +49,7 @@ func (t *reactorHandler) poolable() bool {
 }
 
 func (t *reactorHandler) startPool() {
-	size := defaultPoolSize
-	if t.exec.cfg.poolSizeSet {
-		size = t.exec.cfg.poolSize
-	}
+	size := t.exec.cfg.poolSize
 	if size == 0 || !t.poolable() {
 		return
 	}

@@ -83,7 +83,7 @@ type snapshot struct {
 // it.
 func (t *reactorHandler) recyclable() bool {
 	return t.metered && t.verdict.resettable && t.poolable() && t.posture == manifest.PostureContextIsolated &&
-		!t.exec.cfg.deterministic && !t.exec.cfg.noRecycle
+		!t.exec.cfg.deterministic && t.exec.cfg.recycle
 }
 
 // bind finds the exports a reset needs in mod, or returns nil when the pass
