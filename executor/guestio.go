@@ -3,11 +3,11 @@ package executor
 import (
 	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/sandboxd/sandboxd/abi"
 	"github.com/sandboxd/sandboxd/limits"
@@ -231,93 +231,188 @@ func (e *Executor) emitLog(r LogRecord) {
 	sinkMu.Unlock()
 }
 
-// appendContextJSON writes what contextJSON's json.Marshal writes when no
-// string needs escaping and there are no settings; ok is false otherwise
-// (json.Marshal then does it).
-func appendContextJSON(b []byte, cc *CallContext, settings json.RawMessage, env map[string]string) (_ []byte, ok bool) {
-	if len(settings) > 0 || len(env) > 8 {
-		return nil, false
+// switchWriter forwards to the writer of the call an instance currently
+// serves; between calls (nil target) writes go to the instance's own
+// forwarder given at creation.
+type switchWriter struct {
+	mu     sync.Mutex
+	def    *lineForwarder
+	target *lineForwarder
+}
+
+func newSwitchWriter(def *lineForwarder) *switchWriter { return &switchWriter{def: def} }
+
+// Switch routes later writes to w (nil: back to the default).
+func (s *switchWriter) Switch(w *lineForwarder) {
+	s.mu.Lock()
+	s.target = w
+	s.mu.Unlock()
+}
+
+func (s *switchWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	var w io.Writer = s.def
+	if s.target != nil {
+		w = s.target
 	}
-	for _, v := range [...]string{cc.TenantID, cc.RunID, cc.RequestID, cc.ProjectID, cc.OrgID, cc.IdempotencyKey} {
-		if !plainJSONString(v) {
-			return nil, false
+	s.mu.Unlock()
+	return w.Write(p)
+}
+
+// errMemMB is readCharged's refusal: the body does not fit in the account.
+var errMemMB = errors.New("the response body does not fit in memMB")
+
+// readChunk is how much readCharged asks of the body at a time.
+const readChunk = 32 << 10
+
+// readCharged reads r into a buffer whose capacity is reserved in acct
+// before it is allocated (when the buffer grows, old and new are both
+// charged while both live), up to capAt bytes when capAt >= 0. It returns
+// errMemMB when acct refuses, or r's error.
+func readCharged(r io.Reader, acct *limits.Account, capAt int64) ([]byte, error) {
+	var data []byte
+	chunk := make([]byte, readChunk)
+	if !acct.Reserve(readChunk) {
+		return nil, errMemMB
+	}
+	defer acct.Release(readChunk)
+	for capAt < 0 || int64(len(data)) < capAt {
+		want := chunk
+		if capAt >= 0 {
+			want = chunk[:min(int64(len(chunk)), capAt-int64(len(data)))]
 		}
-	}
-	var keys [8]string
-	names := keys[:0]
-	for k, v := range env {
-		if !plainJSONString(k) || !plainJSONString(v) {
-			return nil, false
-		}
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	if b == nil { // one allocation of the exact size
-		n := len(`{"tenantId":"","runId":"","env":{}}`) + len(cc.TenantID) + len(cc.RunID)
-		for _, f := range [...]struct{ name, v string }{{"requestId", cc.RequestID}, {"projectId", cc.ProjectID}, {"orgId", cc.OrgID}, {"idempotencyKey", cc.IdempotencyKey}} {
-			if f.v != "" {
-				n += len(`,"":""`) + len(f.name) + len(f.v)
+		n, err := r.Read(want)
+		if n > 0 {
+			if len(data)+n > cap(data) {
+				newCap := max(2*cap(data), len(data)+n, 4<<10)
+				if capAt >= 0 {
+					newCap = min(newCap, int(capAt))
+				}
+				if !acct.Reserve(int64(newCap)) {
+					acct.Release(int64(cap(data)))
+					return nil, errMemMB
+				}
+				grown := make([]byte, len(data), newCap)
+				copy(grown, data)
+				acct.Release(int64(cap(data)))
+				data = grown
 			}
+			data = append(data, want[:n]...)
 		}
-		for _, k := range names {
-			n += len(`,"":""`) + len(k) + len(env[k])
+		if err == io.EOF {
+			break
 		}
-		if len(names) > 0 {
-			n-- // the first entry has no comma
+		if err != nil {
+			acct.Release(int64(cap(data)))
+			return nil, err
 		}
-		if env == nil {
-			n += len("null") - len("{}")
-		}
-		b = make([]byte, 0, n)
 	}
-	b = append(b, '{')
-	b = appendField(b, "tenantId", cc.TenantID, true)
-	b = appendField(b, "runId", cc.RunID, true)
-	b = appendField(b, "requestId", cc.RequestID, false)
-	b = appendField(b, "projectId", cc.ProjectID, false)
-	b = appendField(b, "orgId", cc.OrgID, false)
-	b = appendField(b, "idempotencyKey", cc.IdempotencyKey, false)
-	if env == nil {
-		return append(b, `,"env":null}`...), true
-	}
-	b = append(b, `,"env":{`...)
-	for i, k := range names {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, '"')
-		b = append(b, k...)
-		b = append(b, `":"`...)
-		b = append(b, env[k]...)
-		b = append(b, '"')
-	}
-	return append(b, "}}"...), true
+	return data, nil
 }
 
-// appendField appends "name":"v" to the object b has open (a comma first
-// unless it is the first member); an empty v is left out unless always.
-func appendField(b []byte, name, v string, always bool) []byte {
-	if v == "" && !always {
-		return b
+// jsonStringLen is the length of appendJSONString(nil, b).
+func jsonStringLen(b []byte) int {
+	n := 2
+	for i := 0; i < len(b); {
+		c := b[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				n += 2
+			case c < 0x20 || c == '<' || c == '>' || c == '&' || c == 0x7f:
+				if c == '\n' || c == '\r' || c == '\t' {
+					n += 2
+				} else {
+					n += 6
+				}
+			default:
+				n++
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(b[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			n += 6 // \ufffd
+		case r == '\u2028' || r == '\u2029':
+			n += 6
+		default:
+			n += size
+		}
+		i += size
 	}
-	if len(b) > 1 {
-		b = append(b, ',')
-	}
-	b = append(b, '"')
-	b = append(b, name...)
-	b = append(b, `":"`...)
-	b = append(b, v...)
-	return append(b, '"')
+	return n
 }
 
-// plainJSONString reports whether json.Marshal writes s as is between
-// quotes: printable ASCII without '"', '\\' or HTML's <, > and &.
-func plainJSONString(s string) bool {
+// appendJSONString appends b as a JSON string: invalid UTF-8 becomes
+// U+FFFD, and <, >, &, U+2028 and U+2029 are escaped as encoding/json does.
+func appendJSONString(dst, b []byte) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	for i := 0; i < len(b); {
+		c := b[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				dst = append(dst, '\\', c)
+			case c == '\n':
+				dst = append(dst, '\\', 'n')
+			case c == '\r':
+				dst = append(dst, '\\', 'r')
+			case c == '\t':
+				dst = append(dst, '\\', 't')
+			case c < 0x20 || c == '<' || c == '>' || c == '&' || c == 0x7f:
+				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			default:
+				dst = append(dst, c)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(b[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			dst = append(dst, `\ufffd`...)
+		case r == '\u2028':
+			dst = append(dst, `\u2028`...)
+		case r == '\u2029':
+			dst = append(dst, `\u2029`...)
+		default:
+			dst = append(dst, b[i:i+size]...)
+		}
+		i += size
+	}
+	return append(dst, '"')
+}
+
+// sanitizeLine makes guest text safe to print: valid UTF-8, no control
+// characters other than tab and newline.
+func sanitizeLine(b []byte) string {
+	s := string(b)
+	if utf8.ValidString(s) && !hasControl(s) {
+		return s
+	}
+	out := make([]rune, 0, len(s))
+	for _, r := range s {
+		switch {
+		case r == utf8.RuneError:
+			out = append(out, '\uFFFD')
+		case r < 0x20 && r != '\t' && r != '\n', r == 0x7f:
+			out = append(out, '\uFFFD')
+		default:
+			out = append(out, r)
+		}
+	}
+	return string(out)
+}
+
+func hasControl(s string) bool {
 	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c < 0x20 || c >= 0x7f, c == '"', c == '\\', c == '<', c == '>', c == '&':
-			return false
+		c := s[i]
+		if (c < 0x20 && c != '\t' && c != '\n') || c == 0x7f {
+			return true
 		}
 	}
-	return true
+	return false
 }

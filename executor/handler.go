@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -173,4 +174,13 @@ func dataSegments(ga guestABI, bin []byte) ([]byte, string) {
 		return wasmbin.MergeData(bin), ""
 	}
 	return wasmbin.PassiveData(bin)
+}
+
+// runOutcome is what running a guest produced.
+type runOutcome struct {
+	output []byte
+	cpu    time.Duration
+	peak   int64
+	fuel   int64
+	err    error
 }

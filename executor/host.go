@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
-	"unicode/utf8"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -394,35 +393,4 @@ func parseDeclaredError(v []byte) *declaredError {
 		return &d
 	}
 	return &declaredError{Message: sanitizeLine(v)}
-}
-
-// sanitizeLine makes guest text safe to print: valid UTF-8, no control
-// characters other than tab and newline.
-func sanitizeLine(b []byte) string {
-	s := string(b)
-	if utf8.ValidString(s) && !hasControl(s) {
-		return s
-	}
-	out := make([]rune, 0, len(s))
-	for _, r := range s {
-		switch {
-		case r == utf8.RuneError:
-			out = append(out, '\uFFFD')
-		case r < 0x20 && r != '\t' && r != '\n', r == 0x7f:
-			out = append(out, '\uFFFD')
-		default:
-			out = append(out, r)
-		}
-	}
-	return string(out)
-}
-
-func hasControl(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if (c < 0x20 && c != '\t' && c != '\n') || c == 0x7f {
-			return true
-		}
-	}
-	return false
 }

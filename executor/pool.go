@@ -2,7 +2,6 @@ package executor
 
 import (
 	"context"
-	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -381,34 +380,6 @@ func (t *reactorHandler) stopPool(ctx context.Context) bool {
 			return true
 		}
 	}
-}
-
-// switchWriter forwards to the writer of the call an instance currently
-// serves; between calls (nil target) writes go to the instance's own
-// forwarder given at creation.
-type switchWriter struct {
-	mu     sync.Mutex
-	def    *lineForwarder
-	target *lineForwarder
-}
-
-func newSwitchWriter(def *lineForwarder) *switchWriter { return &switchWriter{def: def} }
-
-// Switch routes later writes to w (nil: back to the default).
-func (s *switchWriter) Switch(w *lineForwarder) {
-	s.mu.Lock()
-	s.target = w
-	s.mu.Unlock()
-}
-
-func (s *switchWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	var w io.Writer = s.def
-	if s.target != nil {
-		w = s.target
-	}
-	s.mu.Unlock()
-	return w.Write(p)
 }
 
 // PoolStats reports the tool's pre-warmed instances: how many are ready now
