@@ -14,6 +14,7 @@ import (
 	"github.com/tetratelabs/wazero"
 
 	"github.com/sandboxd/sandboxd/artifact"
+	"github.com/sandboxd/sandboxd/internal/httpspec"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/manifest"
 	"github.com/sandboxd/sandboxd/toolerr"
@@ -201,15 +202,15 @@ func (e *Executor) load(ctx context.Context, mt *manifest.Tool, o *loadOptions) 
 	if err != nil {
 		return nil, err
 	}
-	var spec *httpSpec
+	var spec *httpspec.Spec
 	if mt.CodeArtifactRef == nil {
 		if len(mt.Spec) == 0 {
 			return nil, toolerr.New(toolerr.InvalidToolDefinition, "the tool has no handler: codeArtifactRef is required")
 		}
-		if spec, err = compileHTTPSpec(mt.Manifest, policy); err != nil { // httptool.go
+		if spec, err = httpspec.Compile(mt.Manifest, policy); err != nil {
 			return nil, err
 		}
-		policy = spec.policy
+		policy = spec.Policy
 	}
 	lim, err := e.effectiveLimits(mt.Manifest)
 	if err != nil {
@@ -225,9 +226,9 @@ func (e *Executor) load(ctx context.Context, mt *manifest.Tool, o *loadOptions) 
 	}
 	var mod *artifact.Module
 	if spec != nil {
-		if spec.authSecret != "" {
+		if spec.AuthSecret != "" {
 			t.secretNames = maps.Clone(needs.secrets)
-			t.secretNames[spec.authSecret] = true
+			t.secretNames[spec.AuthSecret] = true
 		}
 	} else {
 		var path string

@@ -11,6 +11,7 @@ import (
 	"github.com/sandboxd/sandboxd/abi"
 	"github.com/sandboxd/sandboxd/artifact"
 	"github.com/sandboxd/sandboxd/internal/fuel"
+	"github.com/sandboxd/sandboxd/internal/httpspec"
 	"github.com/sandboxd/sandboxd/internal/wasmbin"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
@@ -37,7 +38,7 @@ type handler interface {
 // (guestabi.go): a WASI command when the shape has no entry export to call,
 // else a reactor calling that entry (an Extism _start plug-in is one too:
 // it reports style command, and its instance ends with the call).
-func (e *Executor) newHandler(ctx context.Context, t *Tool, spec *httpSpec, mod *artifact.Module) (handler, error) {
+func (e *Executor) newHandler(ctx context.Context, t *Tool, spec *httpspec.Spec, mod *artifact.Module) (handler, error) {
 	if spec != nil {
 		return &httpHandler{Tool: t, spec: spec}, nil
 	}

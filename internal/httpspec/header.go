@@ -1,4 +1,4 @@
-package executor
+package httpspec
 
 import (
 	"encoding/json"
@@ -75,19 +75,22 @@ func secretSpans(v string) [][2]int {
 	}
 }
 
-// headerValueError is an input value that cannot go in a header.
-type headerValueError struct {
-	param, header, reason, schemaPath string
+// HeaderValueError is an input value that cannot go in a header.
+type HeaderValueError struct {
+	Param      string // the placeholder
+	Header     string // the header's name
+	Reason     string // why the value cannot go in a header value
+	SchemaPath string // #/spec/headers/<i>/value
 }
 
-func (e *headerValueError) Error() string {
-	return fmt.Sprintf("header %s's {%s}: the value %s", e.header, e.param, e.reason)
+func (e *HeaderValueError) Error() string {
+	return fmt.Sprintf("header %s's {%s}: the value %s", e.Header, e.Param, e.Reason)
 }
 
 // fill fills the template from the input object. A missing key, null, an
-// object or an array is a *fillError (the URL placeholders' rules, where
+// object or an array is a *FillError (the URL placeholders' rules, where
 // Kindgi sends "{key}", "" or String(value)); a value that is not valid in
-// a header value is a *headerValueError, never sent.
+// a header value is a *HeaderValueError, never sent.
 func (ht headerTemplate) fill(input map[string]any) (string, error) {
 	if len(ht.params) == 0 {
 		return ht.parts[0], nil
@@ -102,7 +105,7 @@ func (ht headerTemplate) fill(input map[string]any) (string, error) {
 		}
 		enc, reason := headerValueBytes(s)
 		if reason != "" {
-			return "", &headerValueError{param: p, header: ht.name, reason: reason, schemaPath: ht.schemaPath}
+			return "", &HeaderValueError{Param: p, Header: ht.name, Reason: reason, SchemaPath: ht.schemaPath}
 		}
 		start := b.Len()
 		b.WriteString(enc)
@@ -120,8 +123,8 @@ func (ht headerTemplate) fill(input map[string]any) (string, error) {
 			}
 			for _, f := range filled {
 				if f.start < end && sp[0] < f.end { // an empty value strictly inside counts too
-					return "", &headerValueError{param: f.param, header: ht.name, schemaPath: ht.schemaPath,
-						reason: "would form a secret placeholder (" + secretOpen + "…" + secretClose + ") with the template's text"}
+					return "", &HeaderValueError{Param: f.param, Header: ht.name, SchemaPath: ht.schemaPath,
+						Reason: "would form a secret placeholder (" + secretOpen + "…" + secretClose + ") with the template's text"}
 				}
 			}
 		}
