@@ -44,7 +44,7 @@ func (t *commandHandler) run(ctx context.Context, inv *invocation, env map[strin
 		sl.ctx.Store(&gctx)
 		stdout.onOverflow = func() { cancel(errOutputCap) }
 		tables := newTableAccount(acct) // tables.go
-		if !tables.ReserveTable(t.verdict.tableElems) {
+		if !tables.ReserveTable(t.verdict.TableElems) {
 			return errTablesOverMem
 		}
 		ictx := experimental.WithMemoryAllocator(fuel.WithTableAccount(context.WithValue(gctx, invocationKey{}, inv), tables), acct.Allocator())

@@ -6,6 +6,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 
+	"github.com/sandboxd/sandboxd/internal/fuel"
 	"github.com/sandboxd/sandboxd/internal/wasmbin"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
@@ -88,25 +89,25 @@ func (e *Executor) compile(ctx context.Context, r wazero.Runtime, bin []byte) (_
 	}
 }
 
-// instrumentUntilDone runs the fuel pass (fuelcache.go) like compile: it
+// instrumentUntilDone runs the fuel pass (through e.fuelCache) like compile: it
 // returns when ctx is done even if the pass (linear, but seconds on a large
 // module) is still running; the abandoned pass finishes in the background
 // and fills the fuel cache.
-func (e *Executor) instrumentUntilDone(ctx context.Context, bin []byte) ([]byte, passVerdict, error, error) {
+func (e *Executor) instrumentUntilDone(ctx context.Context, bin []byte) ([]byte, fuel.Verdict, error, error) {
 	type result struct {
 		out     []byte
-		verdict passVerdict
+		verdict fuel.Verdict
 		err     error
 	}
 	done := make(chan result, 1)
 	go func() {
-		out, v, err := e.instrument(bin)
+		out, v, err := e.fuelCache.Instrument(bin)
 		done <- result{out, v, err}
 	}()
 	select {
 	case r := <-done:
 		return r.out, r.verdict, r.err, nil
 	case <-ctx.Done():
-		return nil, passVerdict{}, nil, toolerr.Wrap(toolerr.As(ctx.Err()).Code, ctx.Err(), "stopped waiting for the module to be metered")
+		return nil, fuel.Verdict{}, nil, toolerr.Wrap(toolerr.As(ctx.Err()).Code, ctx.Err(), "stopped waiting for the module to be metered")
 	}
 }

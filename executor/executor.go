@@ -14,6 +14,7 @@ import (
 	"github.com/tetratelabs/wazero"
 
 	"github.com/sandboxd/sandboxd/artifact"
+	"github.com/sandboxd/sandboxd/internal/fuel"
 	"github.com/sandboxd/sandboxd/internal/httpspec"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/manifest"
@@ -37,8 +38,7 @@ type Executor struct {
 	cacheClosed bool
 
 	pooledBytes atomic.Int64 // linear memory of idle pre-warmed instances (pool.go)
-	fuelCache   sync.Map     // fuelKey → fuelEntry (fuel.go)
-	fuelDir     string       // persistent cache of metered modules; "" for none
+	fuelCache   *fuel.Cache  // metered modules, in the compilation cache's fuel/ or in memory
 }
 
 // New validates cfg and opens the compilation cache.
@@ -74,7 +74,7 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 		cache = c
 		fuelDir = filepath.Join(dir, "fuel")
 	}
-	return &Executor{cfg: cfg, cache: cache, tools: map[*Tool]struct{}{}, fuelDir: fuelDir}, nil
+	return &Executor{cfg: cfg, cache: cache, tools: map[*Tool]struct{}{}, fuelCache: fuel.NewCache(fuelDir)}, nil
 }
 
 // ensurePrivateDir creates dir (and missing parents) mode 0700 and refuses a

@@ -59,8 +59,8 @@ type wasmCode struct {
 	compiled wazero.CompiledModule
 	abi      guestABI
 	shape    moduleShape
-	metered  bool        // instrumented with fuel checks (fuel.go); else close-on-context-done
-	verdict  passVerdict // the pass's verdict kept with the module (fuelcache.go)
+	metered  bool         // instrumented with fuel checks (fuel.go); else close-on-context-done
+	verdict  fuel.Verdict // the pass's verdict kept with the module (fuel.Cache)
 	// dataInit names the export that copies the module's data segments into
 	// its memory ("" when instantiation does it): a module whose active
 	// segments were made passive (so that an instance cloned from a memory

@@ -49,7 +49,7 @@ const imageMapMin = inlineResetMax
 
 // imageable reports whether t's instances may be loaded from an image.
 func (t *reactorHandler) imageable() bool {
-	return t.metered && t.verdict.resettable && t.poolable() &&
+	return t.metered && t.verdict.Resettable && t.poolable() &&
 		!t.exec.cfg.deterministic && t.exec.cfg.images
 }
 

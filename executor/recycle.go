@@ -82,7 +82,7 @@ type snapshot struct {
 // that decision: a module may export any name the pass does not reserve for
 // it.
 func (t *reactorHandler) recyclable() bool {
-	return t.metered && t.verdict.resettable && t.poolable() && t.posture == manifest.PostureContextIsolated &&
+	return t.metered && t.verdict.Resettable && t.poolable() && t.posture == manifest.PostureContextIsolated &&
 		!t.exec.cfg.deterministic && t.exec.cfg.recycle
 }
 
@@ -90,8 +90,8 @@ func (t *reactorHandler) recyclable() bool {
 // did not make the module resettable (v). It reads exactly the exports the
 // pass added to a module it found resettable: the dirty flag and v.globals
 // mutable globals, names the pass refuses in such a module's own exports.
-func bind(mod api.Module, v passVerdict) *snapshot {
-	if !v.resettable {
+func bind(mod api.Module, v fuel.Verdict) *snapshot {
+	if !v.Resettable {
 		return nil
 	}
 	dirty, ok := mod.ExportedGlobal(fuel.DirtyExport).(api.MutableGlobal)
@@ -99,7 +99,7 @@ func bind(mod api.Module, v passVerdict) *snapshot {
 		return nil
 	}
 	s := &snapshot{dirty: dirty}
-	for k := 0; k < v.globals; k++ {
+	for k := 0; k < v.Globals; k++ {
 		g, ok := mod.ExportedGlobal(fuel.GlobalSnapshotExport + strconv.Itoa(k)).(api.MutableGlobal)
 		if !ok {
 			return nil // not the module the pass produced
@@ -111,7 +111,7 @@ func bind(mod api.Module, v passVerdict) *snapshot {
 
 // save records mod's state for recycling, or returns nil when the pass did
 // not make the module resettable (v; see bind).
-func save(mod api.Module, v passVerdict) *snapshot {
+func save(mod api.Module, v fuel.Verdict) *snapshot {
 	s := bind(mod, v)
 	if s == nil {
 		return nil

@@ -79,13 +79,13 @@ func TestSaveFollowsVerdict(t *testing.T) {
 	if mod.ExportedGlobal(fuel.DirtyExport) == nil {
 		t.Fatal("the fixture no longer exports sandboxd.dirty")
 	}
-	if s := save(mod, passVerdict{}); s != nil {
+	if s := save(mod, fuel.Verdict{}); s != nil {
 		t.Fatal("a module the pass did not find resettable got a snapshot through its own sandboxd.dirty export")
 	}
-	if s := save(mod, passVerdict{resettable: true, globals: 2}); s != nil {
+	if s := save(mod, fuel.Verdict{Resettable: true, Globals: 2}); s != nil {
 		t.Fatal("a snapshot was taken although the pass's global exports are missing")
 	}
-	if s := save(mod, passVerdict{resettable: true}); s == nil {
+	if s := save(mod, fuel.Verdict{Resettable: true}); s == nil {
 		t.Fatal("a resettable verdict with the dirty flag present gave no snapshot")
 	}
 }

@@ -85,7 +85,7 @@ func (in *instance) resetAccount() {
 // module's initial tables first; false means they do not fit in memMB (the
 // Account recorded the refusal).
 func (t *reactorHandler) initContext(ctx context.Context, tables *tableAccount) (context.Context, bool) {
-	if !tables.ReserveTable(t.verdict.tableElems) {
+	if !tables.ReserveTable(t.verdict.TableElems) {
 		return ctx, false
 	}
 	return withLogBudget(fuel.WithTableAccount(ctx, tables), &logBudget{}), true

@@ -1,4 +1,4 @@
-package executor
+package fuel
 
 import (
 	"bytes"
@@ -7,31 +7,39 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-
-	"github.com/sandboxd/sandboxd/internal/fuel"
+	"sync"
 )
 
-// The cache of instrumented modules.
+// Cache keeps the pass's outputs, so that it runs once per distinct module:
+// its output and its Verdict are kept in memory, keyed by the input's digest
+// and the pass Version, and on disk in the cache's directory (a private one,
+// beside the compilation cache). The verdict travels with the module,
+// because what the host does with an instance is decided by it and by
+// nothing the module itself supplies: the host resets an instance only for
+// a module the pass found resettable, through exactly the globals the pass
+// exported, and charges the module's initial tables at instantiation.
 //
-// The pass runs once per distinct module: its output and its verdict are
-// kept in memory, keyed by the input's digest and the pass version, and on
-// disk beside the compilation cache (a private directory, like it). The
-// verdict travels with the module, because what the host does with an
-// instance is decided by it and by nothing the module itself supplies:
-// recycling (recycle.go) happens only for a module the pass found
-// resettable, through exactly the globals the pass exported, and the
-// module's initial tables are charged to memMB at instantiation.
+// A disk entry is a header, the pass's Stats (MarshalStats, which carries
+// the pass version), the number of globals the pass exported for a reset,
+// and the module, followed by a SHA-256 digest that binds all of them to
+// the input's digest and the pass version. An entry that does not parse,
+// or whose digest does not match (a truncated write, a corrupted disk, a
+// module copied over the entry, an entry of another module renamed), is
+// ignored: the pass runs again and the entry is rewritten. The digest is
+// not a secret: it proves that an entry is the one this cache wrote for
+// this input, not that nobody who can write the private cache directory
+// forged it; such a writer can equally replace the compiled native code in
+// the compilation cache beside it.
 //
-// A disk entry is a header, the pass's Stats (fuel.MarshalStats, which
-// carries the pass version), the number of globals the pass exported for a
-// reset, and the module, followed by a SHA-256 digest that binds all of them to the input's digest and the pass
-// version. An entry that does not parse, or whose digest does not match
-// (a truncated write, a corrupted disk, a module copied over the entry, an
-// entry of another module renamed), is ignored: the pass runs again and the
-// entry is rewritten. The digest is not a secret: it proves that an entry
-// is the one this cache wrote for this input, not that nobody who can
-// write the private cache directory forged it; such a writer can equally
-// replace the compiled native code in the compilation cache beside it.
+// A Cache is safe for concurrent use.
+type Cache struct {
+	dir string   // "" keeps entries in memory only
+	mem sync.Map // fuelKey → fuelEntry
+}
+
+// NewCache returns a cache keeping its disk entries in dir, created mode
+// 0700 when the first is written; "" keeps them in memory only.
+func NewCache(dir string) *Cache { return &Cache{dir: dir} }
 
 // fuelKey identifies a pass output.
 type fuelKey struct {
@@ -39,57 +47,58 @@ type fuelKey struct {
 	version int
 }
 
-// passVerdict is what the executor keeps of the pass's Stats.
-type passVerdict struct {
-	// resettable is fuel.Stats.Resettable: the pass reserved DirtyExport
-	// and the snapshot exports, and added them itself.
-	resettable bool
-	// globals is how many mutable globals the pass exported for a reset
-	// (GlobalSnapshotExport0 … globals-1); 0 unless resettable.
-	globals int
-	// tableElems is fuel.Stats.TableElems, the sum of the initial sizes of
-	// the module's tables: the elements instantiation allocates.
-	tableElems int64
+// Verdict is what the host keeps of the pass's Stats for a module.
+type Verdict struct {
+	// Resettable is Stats.Resettable: the pass reserved DirtyExport and
+	// the snapshot exports, and added them itself.
+	Resettable bool
+	// Globals is how many mutable globals the pass exported for a reset
+	// (GlobalSnapshotExport0 … Globals-1); 0 unless Resettable.
+	Globals int
+	// TableElems is Stats.TableElems, the sum of the initial sizes of the
+	// module's tables: the elements instantiation allocates.
+	TableElems int64
 }
 
 type fuelEntry struct {
 	out     []byte
-	verdict passVerdict
+	verdict Verdict
 	err     error
 }
 
-// instrument returns bin metered and the pass's verdict, from the
-// executor's caches when they have it: in memory, then on disk (see above).
+// Instrument returns bin metered and the pass's verdict, from the cache
+// when it has them: in memory, then on disk (see Cache). An error is the
+// pass's, kept like an output.
 // A disk entry is written atomically (temporary file, then rename), so a
 // crash never leaves a partial module behind.
-func (e *Executor) instrument(bin []byte) ([]byte, passVerdict, error) {
-	key := fuelKey{sha256.Sum256(bin), fuel.Version}
-	if v, ok := e.fuelCache.Load(key); ok {
+func (c *Cache) Instrument(bin []byte) ([]byte, Verdict, error) {
+	key := fuelKey{sha256.Sum256(bin), Version}
+	if v, ok := c.mem.Load(key); ok {
 		ent := v.(fuelEntry)
 		return ent.out, ent.verdict, ent.err
 	}
 	var path string
-	if e.fuelDir != "" {
-		path = filepath.Join(e.fuelDir, fmt.Sprintf("v%d-%x.wasm", key.version, key.digest))
+	if c.dir != "" {
+		path = filepath.Join(c.dir, fmt.Sprintf("v%d-%x.wasm", key.version, key.digest))
 		if raw, err := readRegular(path); err == nil {
 			if out, v, ok := decodeFuelEntry(key, raw); ok {
-				e.fuelCache.Store(key, fuelEntry{out: out, verdict: v})
+				c.mem.Store(key, fuelEntry{out: out, verdict: v})
 				return out, v, nil
 			}
 		}
 	}
-	out, st, err := fuel.Instrument(bin)
-	var v passVerdict
+	out, st, err := Instrument(bin)
+	var v Verdict
 	if err == nil {
 		v, err = verdictOf(bin, st)
 	}
 	if err != nil {
 		out = nil
 	}
-	e.fuelCache.Store(key, fuelEntry{out: out, verdict: v, err: err})
+	c.mem.Store(key, fuelEntry{out: out, verdict: v, err: err})
 	if err == nil && path != "" {
 		// A cache: failing to write only costs the next process a rerun.
-		if entry, err := encodeFuelEntry(key, out, st, v.globals); err == nil {
+		if entry, err := encodeFuelEntry(key, out, st, v.Globals); err == nil {
 			_ = writeAtomic(path, entry)
 		}
 	}
@@ -97,19 +106,19 @@ func (e *Executor) instrument(bin []byte) ([]byte, passVerdict, error) {
 }
 
 // verdictOf derives the verdict from the pass's Stats and its input bin.
-func verdictOf(bin []byte, st *fuel.Stats) (passVerdict, error) {
-	v := passVerdict{resettable: st.Resettable, tableElems: st.TableElems}
-	if v.resettable {
+func verdictOf(bin []byte, st *Stats) (Verdict, error) {
+	v := Verdict{Resettable: st.Resettable, TableElems: st.TableElems}
+	if v.Resettable {
 		// The pass exports every defined mutable global of a resettable
 		// module (which imports none), in order.
-		m, err := fuel.Decode(bin)
+		m, err := Decode(bin)
 		if err != nil {
-			return passVerdict{}, err
+			return Verdict{}, err
 		}
 		for _, s := range m.Sections {
 			for _, g := range s.Globals {
 				if g.Mutable {
-					v.globals++
+					v.Globals++
 				}
 			}
 		}
@@ -121,9 +130,9 @@ func verdictOf(bin []byte, st *fuel.Stats) (passVerdict, error) {
 const fuelMagic = "sandboxd-fuel\x02"
 
 // encodeFuelEntry lays out a disk entry: magic, the pass's Stats
-// (fuel.MarshalStats), the number of snapshot globals, the module, digest.
-func encodeFuelEntry(key fuelKey, out []byte, st *fuel.Stats, globals int) ([]byte, error) {
-	stats, err := fuel.MarshalStats(st)
+// (MarshalStats), the number of snapshot globals, the module, digest.
+func encodeFuelEntry(key fuelKey, out []byte, st *Stats, globals int) ([]byte, error) {
+	stats, err := MarshalStats(st)
 	if err != nil {
 		return nil, err
 	}
@@ -140,13 +149,13 @@ func encodeFuelEntry(key fuelKey, out []byte, st *fuel.Stats, globals int) ([]by
 
 // decodeFuelEntry checks and reads a disk entry; ok is false for anything
 // encodeFuelEntry did not write for key.
-func decodeFuelEntry(key fuelKey, raw []byte) (out []byte, v passVerdict, ok bool) {
+func decodeFuelEntry(key fuelKey, raw []byte) (out []byte, v Verdict, ok bool) {
 	if len(raw) < len(fuelMagic)+sha256.Size || !bytes.HasPrefix(raw, []byte(fuelMagic)) {
-		return nil, passVerdict{}, false
+		return nil, Verdict{}, false
 	}
 	body, sum := raw[:len(raw)-sha256.Size], raw[len(raw)-sha256.Size:]
 	if d := fuelEntryDigest(key, body); !bytes.Equal(d[:], sum) {
-		return nil, passVerdict{}, false
+		return nil, Verdict{}, false
 	}
 	r := body[len(fuelMagic):]
 	field := func() (uint64, bool) {
@@ -159,20 +168,20 @@ func decodeFuelEntry(key fuelKey, raw []byte) (out []byte, v passVerdict, ok boo
 	}
 	n, ok := field()
 	if !ok || n > uint64(len(r)) {
-		return nil, passVerdict{}, false
+		return nil, Verdict{}, false
 	}
-	st, err := fuel.UnmarshalStats(r[:n])
+	st, err := UnmarshalStats(r[:n])
 	if err != nil {
-		return nil, passVerdict{}, false
+		return nil, Verdict{}, false
 	}
 	r = r[n:]
 	globals, ok1 := field()
 	size, ok2 := field()
 	if !ok1 || !ok2 || size != uint64(len(r)) || len(r) < 8 || globals > 1<<32 || st.TableElems < 0 ||
 		(!st.Resettable && globals != 0) {
-		return nil, passVerdict{}, false
+		return nil, Verdict{}, false
 	}
-	return r, passVerdict{resettable: st.Resettable, globals: int(globals), tableElems: st.TableElems}, true
+	return r, Verdict{Resettable: st.Resettable, Globals: int(globals), TableElems: st.TableElems}, true
 }
 
 // fuelEntryDigest binds an entry's bytes to the input and pass version it
