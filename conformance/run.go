@@ -764,7 +764,7 @@ func (r *runner) checkArtifact(ctx context.Context, m *manifest.Manifest, pt pac
 		add("artifact", StatusSkip, "", "no codeArtifactRef")
 		return nil, false, nil
 	}
-	modulePath, _ := executor.SplitModulePath(ref.ModulePath) // a #NAME suffix names an export, not a file
+	modulePath, _ := manifest.SplitModulePath(ref.ModulePath) // a #NAME suffix names an export, not a file
 	aref := artifact.Ref{Kind: ref.Kind, ImageRef: ref.ImageRef, ModulePath: modulePath, ArtifactVersion: ref.ArtifactVersion}
 	var (
 		mod *artifact.Module

@@ -232,7 +232,7 @@ func (e *Executor) load(ctx context.Context, mt *manifest.Tool, o *loadOptions) 
 		}
 	} else {
 		var path string
-		if path, t.entry = SplitModulePath(mt.CodeArtifactRef.ModulePath); path == "" || strings.HasSuffix(mt.CodeArtifactRef.ModulePath, "#") {
+		if path, t.entry = manifest.SplitModulePath(mt.CodeArtifactRef.ModulePath); path == "" || strings.HasSuffix(mt.CodeArtifactRef.ModulePath, "#") {
 			return nil, toolerr.New(toolerr.InvalidToolDefinition, "codeArtifactRef.modulePath %q: a #NAME suffix needs a path before it and a name after it", mt.CodeArtifactRef.ModulePath)
 		}
 		if mod, err = e.resolve(ctx, mt.Manifest, path, o); err != nil {
@@ -248,16 +248,6 @@ func (e *Executor) load(ctx context.Context, mt *manifest.Tool, o *loadOptions) 
 		return nil, err
 	}
 	return t, nil
-}
-
-// SplitModulePath splits a codeArtifactRef.modulePath into the module's path
-// and the export its "#NAME" suffix names ("" without one), so that one
-// module can back several tools (an Extism plug-in's exports).
-func SplitModulePath(modulePath string) (path, entry string) {
-	if i := strings.LastIndexByte(modulePath, '#'); i >= 0 {
-		return modulePath[:i], modulePath[i+1:]
-	}
-	return modulePath, ""
 }
 
 func (e *Executor) resolve(ctx context.Context, m *manifest.Manifest, modulePath string, o *loadOptions) (*artifact.Module, error) {

@@ -101,6 +101,16 @@ type ArtifactRef struct {
 	ArtifactVersion string `json:"artifactVersion,omitempty"`
 }
 
+// SplitModulePath splits a codeArtifactRef.modulePath into the module's path
+// and the export its "#NAME" suffix names ("" without one), so that one
+// module can back several tools (an Extism plug-in's exports).
+func SplitModulePath(modulePath string) (path, entry string) {
+	if i := strings.LastIndexByte(modulePath, '#'); i >= 0 {
+		return modulePath[:i], modulePath[i+1:]
+	}
+	return modulePath, ""
+}
+
 // Need is one entry of a manifest's needs.
 type Need struct {
 	Name     string `json:"name"`

@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	"github.com/sandboxd/sandboxd/artifact"
-	"github.com/sandboxd/sandboxd/executor"
+	"github.com/sandboxd/sandboxd/manifest"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
 
@@ -20,12 +20,12 @@ import (
 // when the map does not name it) and, when that does not end in .wasm, the
 // .wasm file beside it with the same base name (tools/echo/index.ts →
 // tools/echo/index.wasm). A #NAME suffix on modulePath (the export an
-// Extism plug-in's tool calls, see executor.SplitModulePath) is not part of
+// Extism plug-in's tool calls, see manifest.SplitModulePath) is not part of
 // the file's path: it is dropped here and stays in the manifest's
 // modulePath, where the executor reads it. It fails for a path that would
 // leave the root or a bundle-map #export sandboxd cannot select.
 func ModuleCandidates(modulePath string, bm BundleMap) ([]string, error) {
-	rel, _ := executor.SplitModulePath(cleanRel(modulePath))
+	rel, _ := manifest.SplitModulePath(cleanRel(modulePath))
 	if !validRel(rel) {
 		return nil, fmt.Errorf("modulePath %q must be a relative forward-slash path inside the module root", modulePath)
 	}
