@@ -14,8 +14,9 @@ import (
 
 // abiV1 is sandboxd's own guest ABI (package abi): imports from sandboxd_v1
 // and WASI; a reactor exports handle () -> i32 (and optionally
-// _initialize), a command exports _start. Its host module is host.go and
-// egress.go.
+// _initialize), a command exports _start. Its host module is built by
+// Tool.instantiateHost (its HTTP import calls invocation.httpRequest and
+// the other http_* methods).
 type abiV1 struct{}
 
 func (abiV1) name() string { return abi.ModuleName }
@@ -23,7 +24,7 @@ func (abiV1) name() string { return abi.ModuleName }
 func (abiV1) owns(module string) bool { return module == abi.ModuleName }
 
 func (abiV1) instantiateHost(ctx context.Context, r wazero.Runtime, t *Tool) error {
-	return t.instantiateHost(ctx, r) // host.go
+	return t.instantiateHost(ctx, r)
 }
 
 // shape verifies the compiled module against ABI v1: every import comes

@@ -25,7 +25,7 @@ var errToolClosing = errors.New("the tool was closed during the call")
 // call counts itself (running +1) before it checks closing and shut sets
 // closing before it reads running (sequentially consistent atomics: either
 // shut waits for the call or the call sees the shut). A running call sees
-// closing at its context's next Err (callctx.go: the fuel meter reads it at
+// closing at its context's next Err (callCtx: the fuel meter reads it at
 // every refill, fuel.Check at every host call); a call that waits on its
 // context (Done, AfterFunc) is hooked onto one of gateShards stop
 // contexts, which shut cancels, so the calls do not all queue on one
@@ -58,7 +58,7 @@ func (g *callGate) init() {
 	})
 }
 
-// enter registers a call and returns its context (callctx.go): ended when
+// enter registers a call and returns its context (a callCtx): ended when
 // ctx ends, when the tool closes, and timeout after now when ctx has no
 // deadline (0: no default timeout); false once shut began. The caller must
 // call the context's release when the call ends.

@@ -43,7 +43,7 @@ func (t *commandHandler) run(ctx context.Context, inv *invocation, env map[strin
 	cpu, err, cause := t.guard(ctx, func(gctx context.Context, cancel context.CancelCauseFunc) error {
 		sl.ctx.Store(&gctx)
 		stdout.onOverflow = func() { cancel(errOutputCap) }
-		tables := newTableAccount(acct) // tables.go
+		tables := newTableAccount(acct)
 		if !tables.ReserveTable(t.verdict.TableElems) {
 			return errTablesOverMem
 		}

@@ -30,14 +30,14 @@ type Executor struct {
 	mu     sync.Mutex
 	tools  map[*Tool]struct{}
 	closed bool
-	// background counts abandoned compilations still running (compile.go);
+	// background counts abandoned compilations still running (Executor.compile);
 	// they use the compilation cache's engine, so Close leaves closing the
 	// cache to the last of them (closing it under a compilation crashes
 	// wazero).
 	background  int
 	cacheClosed bool
 
-	pooledBytes atomic.Int64 // linear memory of idle pre-warmed instances (pool.go)
+	pooledBytes atomic.Int64 // linear memory of idle pre-warmed instances (pool)
 	fuelCache   *fuel.Cache  // metered modules, in the compilation cache's fuel/ or in memory
 }
 
@@ -198,7 +198,7 @@ func (e *Executor) load(ctx context.Context, mt *manifest.Tool, o *loadOptions) 
 	if posture == manifest.PostureStrict && mt.Network != nil && mt.Network.Kind == "unrestricted" {
 		return nil, toolerr.New(toolerr.PolicyRefused, "a strict tool cannot have network kind \"unrestricted\"")
 	}
-	policy, err := parseNetwork(mt.Manifest) // egress.go: compiled once, shared by every call's egress
+	policy, err := parseNetwork(mt.Manifest) // compiled once, shared by every call's egress
 	if err != nil {
 		return nil, err
 	}
@@ -240,7 +240,7 @@ func (e *Executor) load(ctx context.Context, mt *manifest.Tool, o *loadOptions) 
 		}
 		t.digest, t.source = mod.Digest, mod.Source
 	}
-	if t.h, err = e.newHandler(ctx, t, spec, mod); err != nil { // handler.go: the one place a handler kind is chosen
+	if t.h, err = e.newHandler(ctx, t, spec, mod); err != nil { // the one place a handler kind is chosen
 		return nil, err
 	}
 	if err := e.register(t); err != nil {

@@ -13,27 +13,6 @@ import (
 	"github.com/sandboxd/sandboxd/toolerr"
 )
 
-// Guests are interrupted through fuel metering (internal/fuel) rather than
-// wazero's WithCloseOnContextDone, which makes compiled code leave the guest
-// at every loop header (13–25× slower on tight loops). The pass instruments
-// a module once per tool load (its output is cached in memory by input
-// digest and pass version, so reloading a tool never reruns it); every call
-// gets an unlimited counter, and the refill host function stops the guest
-// once the call's context has ended — the CPU watchdog, the wall deadline
-// and cancellation all end it. Host functions (sandboxd_v1 in host.go, WASI
-// in wasi.go) check the interrupt on entry and before returning and charge
-// fuel for the bytes they move, so an interrupted guest stops at its next
-// host boundary too.
-//
-// A module the pass refuses (an opcode it does not know, a name it reserves,
-// code it cannot read) is refused at load with handler-shape-invalid: running
-// it unmetered would silently drop the fuel budget, Usage.Fuel and the
-// interrupt at host boundaries. An operator may opt in with
-// Config.WithAllowUnmetered: such a module then runs on a runtime with
-// WithCloseOnContextDone, the only place close-on-context-done remains.
-
-// The cache of instrumented modules (instrument) is in fuelcache.go.
-
 // metering is one instance's fuel meter, or nil for an unmetered module.
 type metering struct {
 	m     *fuel.Meter

@@ -17,8 +17,8 @@ import (
 )
 
 // handler runs a tool's calls: one kind per file — an ABI reactor with its
-// instances, pool and recycling (reactor.go), a WASI command (command.go),
-// a declarative HTTP request (httptool.go). Load chooses it once
+// instances, pool and recycling (reactorHandler), a WASI command
+// (commandHandler), a declarative HTTP request (httpHandler). Load chooses it once
 // (newHandler); Tool.Invoke validates, resolves the call's needs and hands
 // the call to it. A handler is safe for concurrent use.
 type handler interface {
@@ -35,7 +35,7 @@ type handler interface {
 
 // newHandler chooses and builds t's handler: a declarative HTTP tool when
 // spec is set, else the Wasm handler the module's guest ABI recognises
-// (guestabi.go): a WASI command when the shape has no entry export to call,
+// (selectABI): a WASI command when the shape has no entry export to call,
 // else a reactor calling that entry (an Extism _start plug-in is one too:
 // it reports style command, and its instance ends with the call).
 func (e *Executor) newHandler(ctx context.Context, t *Tool, spec *httpspec.Spec, mod *artifact.Module) (handler, error) {
@@ -59,15 +59,16 @@ type wasmCode struct {
 	compiled wazero.CompiledModule
 	abi      guestABI
 	shape    moduleShape
-	metered  bool         // instrumented with fuel checks (fuel.go); else close-on-context-done
+	metered  bool         // instrumented with fuel checks (metering); else close-on-context-done
 	verdict  fuel.Verdict // the pass's verdict kept with the module (fuel.Cache)
 	// dataInit names the export that copies the module's data segments into
 	// its memory ("" when instantiation does it): a module whose active
 	// segments were made passive (so that an instance cloned from a memory
-	// image, image.go, skips the copy) runs it right after instantiation.
+	// image by reactorHandler.clone skips the copy) runs it right after
+	// instantiation.
 	dataInit string
 	// zeroMem: the module has no active data segment, so an instance's
-	// memory is all zero until its own code runs (image.go).
+	// memory is all zero until its own code runs (see instance.load).
 	zeroMem bool
 }
 
@@ -76,14 +77,14 @@ func (c *wasmCode) code() *wasmCode { return c }
 // compileCode bounds, meters and compiles mod for t and checks its shape
 // against the guest ABI it speaks.
 func (e *Executor) compileCode(ctx context.Context, t *Tool, mod *artifact.Module) (_ *wasmCode, err error) {
-	if err := checkCompileBudget(mod.Bytes); err != nil { // compile.go (F16)
+	if err := checkCompileBudget(mod.Bytes); err != nil { // F16
 		return nil, err
 	}
 	// Which guest ABI the module speaks is read from its imports; a module
 	// whose structure cannot be read is refused after compilation, as it
 	// always was (the pass and the compiler name the problem first).
 	parsed, perr := wasmbin.Parse(mod.Bytes)
-	ga := selectABI(parsed, t.entry) // guestabi.go
+	ga := selectABI(parsed, t.entry)
 	// wazero lets table.grow allocate host memory up to 2^32 elements; cap
 	// every table so tables alone stay within memMB. The cap is rounded down
 	// to a power of two so that tools sharing a module but not a memMB still
@@ -94,16 +95,17 @@ func (e *Executor) compileCode(ctx context.Context, t *Tool, mod *artifact.Modul
 		return nil, toolerr.Wrap(toolerr.HandlerShapeInvalid, err, "cannot read the module's tables")
 	}
 	c := &wasmCode{abi: ga}
-	// Meter the module (fuel.go); a module the pass refuses is refused,
-	// unless the operator allows unmetered modules (close-on-context-done).
-	metered, verdict, ferr, cerr := e.instrumentUntilDone(ctx, bin) // compile.go
+	// Meter the module (the package doc's "Interrupting guests"); a module
+	// the pass refuses is refused, unless the operator allows unmetered
+	// modules (close-on-context-done).
+	metered, verdict, ferr, cerr := e.instrumentUntilDone(ctx, bin)
 	if cerr != nil {
 		return nil, cerr
 	}
 	if ferr == nil {
-		bin, c.metered, c.verdict = metered, true, verdict // fuelcache.go
+		bin, c.metered, c.verdict = metered, true, verdict // fuel.Cache
 		bin, c.dataInit = dataSegments(ga, bin)
-		c.zeroMem = !wasmbin.HasActiveData(bin) // image.go: a fresh instance's memory is all zero
+		c.zeroMem = !wasmbin.HasActiveData(bin) // a fresh instance's memory is all zero
 	} else if errors.Is(ferr, fuel.ErrMalformed) {
 		// Refused even when unmetered modules are allowed: wazero's decoder
 		// allocates whatever a vector count claims (13 bytes claiming 2^32
@@ -121,13 +123,13 @@ func (e *Executor) compileCode(ctx context.Context, t *Tool, mod *artifact.Modul
 		WithCloseOnContextDone(!c.metered).
 		WithCoreFeatures(api.CoreFeaturesV2)
 	c.runtime = wazero.NewRuntimeWithConfig(ctx, rc)
-	ownRuntime := true // false once an abandoned compilation owns it (compile.go)
+	ownRuntime := true // false once an abandoned compilation owns it (Executor.compile)
 	defer func() {
 		if err != nil && ownRuntime {
 			_ = c.runtime.Close(ctx)
 		}
 	}()
-	if err := instantiateWASI(ctx, c.runtime); err != nil { // wasi.go: metered
+	if err := instantiateWASI(ctx, c.runtime); err != nil { // metered
 		return nil, toolerr.Wrap(toolerr.Internal, err, "instantiate WASI")
 	}
 	if err := ga.instantiateHost(ctx, c.runtime, t); err != nil {
@@ -139,7 +141,7 @@ func (e *Executor) compileCode(ctx context.Context, t *Tool, mod *artifact.Modul
 		}
 	}
 	var abandoned bool
-	if c.compiled, abandoned, err = e.compile(ctx, c.runtime, bin); err != nil { // compile.go: stops waiting when ctx is done
+	if c.compiled, abandoned, err = e.compile(ctx, c.runtime, bin); err != nil { // stops waiting when ctx is done
 		ownRuntime = !abandoned
 		return nil, err
 	}
@@ -154,7 +156,7 @@ func (e *Executor) compileCode(ctx context.Context, t *Tool, mod *artifact.Modul
 		// would run it with its data segments never copied.
 		return nil, toolerr.New(toolerr.Internal, "the module's data segments were made passive but it runs as a WASI command")
 	}
-	if err := checkMinimumMemory(c.compiled, parsed, t.memLimit, t.limits.memMB); err != nil { // shape.go
+	if err := checkMinimumMemory(c.compiled, parsed, t.memLimit, t.limits.memMB); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -165,7 +167,7 @@ func (e *Executor) compileCode(ctx context.Context, t *Tool, mod *artifact.Modul
 // has tens of thousands, each an offset wazero evaluates and a record it
 // keeps at every instantiation. A module the reactor handler instantiates
 // gets them merged and passive, copied by the export it returns, which
-// newInstance calls (reactor.go), so that an instance whose memory comes
+// reactorHandler.newInstance calls, so that an instance whose memory comes
 // from an image skips the copy; a WASI command (ABI v1 exporting _start:
 // the command handler instantiates it and calls _start) gets them merged
 // and still active. The result is deterministic, so the rewritten bytes

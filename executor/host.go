@@ -15,7 +15,7 @@ import (
 )
 
 // Fuel for host work. Every host function (sandboxd_v1 here, WASI in
-// wasi.go) spends hostCallFuel units per call, plus one unit per
+// instantiateWASI) spends hostCallFuel units per call, plus one unit per
 // hostBytesPerFuel bytes it copies from or to guest memory, generates or
 // writes — so a loop of host calls pays for the work it makes the host do,
 // as a loop of instructions does (a unit is about one instruction). It
@@ -84,7 +84,7 @@ type invocation struct {
 	logDrops  int
 	egress    *egressState // the HTTP import's state, from the first http_request
 
-	// Extism plug-ins (extism.go): the call's kernel, the instance's vars,
+	// Extism plug-ins (abiExtism): the call's kernel, the instance's vars,
 	// the last http_request's status and headers.
 	kernel        *extismKernel
 	vars          *varStore
@@ -189,7 +189,7 @@ func (t *Tool) instantiateHost(ctx context.Context, r wazero.Runtime) error {
 		for i, p := range sig.Results {
 			results[i] = map[abi.ValType]api.ValueType{abi.I32: i32, abi.I64: i64}[p]
 		}
-		hostFunction(b, name, params, results, fn) // guestabi.go: charged and interruptible
+		hostFunction(b, name, params, results, fn) // charged and interruptible
 	}
 	readValue := func(get func(inv *invocation) []byte) api.GoModuleFunc {
 		return func(ctx context.Context, mod api.Module, stack []uint64) {
@@ -277,7 +277,7 @@ func (t *Tool) instantiateHost(ctx context.Context, r wazero.Runtime) error {
 			return
 		}
 		chargeBytes(ctx, uint64(len(msg)))
-		if !admitLog(ctx, inv, len(msg)) { // writers.go: a call's caps, also during initialisation (F07)
+		if !admitLog(ctx, inv, len(msg)) { // a call's caps, also during initialisation (F07)
 			return
 		}
 		level = min(max(level, abi.LogDebug), abi.LogError)

@@ -63,7 +63,7 @@ func (t *httpHandler) run(ctx context.Context, inv *invocation, _ map[string]str
 		return out
 	}
 	if s.AuthHeader != "" {
-		if _, ok := inv.secretValue(s.AuthSecret); !ok { // egress.go: the secretRef is one of t.secretNames
+		if _, ok := inv.secretValue(s.AuthSecret); !ok { // the secretRef is one of t.secretNames
 
 			out.err = &toolerr.Error{Code: toolerr.InputValidationFailed, Message: "secret " + s.AuthSecret + " (spec.authorization.secretRef) has no value",
 				Issues: []toolerr.Issue{{InstancePath: "/ctx/secrets", SchemaPath: "#/spec/authorization/secretRef", Keyword: "required",
@@ -92,7 +92,7 @@ func (t *httpHandler) run(ctx context.Context, inv *invocation, _ map[string]str
 	if contentType != "" && !s.SetsHeader("Content-Type") {
 		hdr["Content-Type"] = contentType
 	}
-	opts := t.egressOptions(inv) // egress.go: the options every kind's egress uses
+	opts := t.egressOptions(inv) // the options every kind's egress uses
 	opts.Limits.RequestTimeout = s.Timeout
 	if holdsInput {
 		if out.err = httpspec.HeaderBytesError(hdr, opts.Limits.MaxRequestHeaderBytes); out.err != nil {

@@ -10,39 +10,6 @@ import (
 	"github.com/sandboxd/sandboxd/limits"
 )
 
-// Instance images: a context-isolated or strict call gets a never-used
-// instance without paying for _initialize.
-//
-// A standard-Go guest's _initialize (its runtime's start-up) takes
-// milliseconds, and every instance used to run its own. For a module the
-// fuel pass found resettable (recycle.go: what a reset writes back — linear
-// memory and mutable globals — is all the state an instance has), the first
-// instance a tool initialises with no call's data (no env, no input) and
-// whose _initialize changed no host state (hostWatch: no state-changing
-// WASI call took effect) gives the tool its image: that state, its memory held as a sealed
-// memfd (limits.Image) once it is larger than imageMapMin. Every later
-// instance of the tool is instantiated without running any of its code
-// (no data-segment initialiser, start function or _initialize) and loaded
-// from the image: the memory is mapped private (copy-on-write) from the
-// memfd, the globals are written. Such an instance is in exactly the state
-// the image's instance was in before it served any call, so it is as fresh
-// as one that ran _initialize itself, with one difference, the one recycled
-// instances already have: the values the guest drew during _initialize
-// (random bytes, clock readings) are the image's, the same for every
-// instance of the tool. A reset (recycle.go) of a mapped instance copies
-// back only the pages it wrote (limits: found in the page map; discarded
-// instead past limits.KeepPagesMax); clean pages are shared by all the
-// tool's instances, so an idle instance holds little private memory. The
-// pages the tool's first calls touched are made resident in every new
-// instance when it is mapped (state.learn), so its call takes no faults
-// on them.
-//
-// Images are off for deterministic executors (their clocks and randomness
-// live outside the guest, recycle.go), for tools with declared env, for
-// modules the pass did not find resettable, and with WithInstanceImages(false)
-// (`sandboxd serve --instance-images=false`): every instance then runs its
-// own _initialize.
-
 // imageMapMin is the smallest memory an image holds as a memfd; a smaller
 // one is copied (a few microseconds) rather than mapped and faulted in.
 const imageMapMin = inlineResetMax
@@ -54,7 +21,7 @@ func (t *reactorHandler) imageable() bool {
 }
 
 // hostWatch records whether an instance's _initialize may have changed its
-// host state (image.go's condition for making an image of it): whether it
+// host state (keepState's condition for making an image of it): whether it
 // made a WASI call that is not stateless (fuel.StatelessWASI) and did not
 // fail before changing anything. The pass's dirty flag is coarser: it is
 // set before every such call, and Go's runtime start-up calls
@@ -108,7 +75,7 @@ func (t *reactorHandler) clone(in *instance, mod api.Module, img *state) error {
 		}
 	}
 	in.mod = mod // load reads the memory through it
-	// Without active data segments (none, or made passive: handler.go),
+	// Without active data segments (none, or made passive: wasmCode.dataInit),
 	// instantiation wrote nothing into memory: it is all zero, and copying
 	// the image's non-zero chunks is the whole load — clearing the rest
 	// would only fault in untouched pages (a few microseconds each here).

@@ -145,7 +145,7 @@ func (t *Tool) config(inv *invocation, name string) ([]byte, abi.Errno, string) 
 
 // needsKey is a digest of the values a call gives its guest from its
 // context: declared env, config and secrets. A posture-none warm instance is
-// reused only for calls with its key (pool.go). The digest is salted with a
+// reused only for calls with its key (warmSet). The digest is salted with a
 // random per-process value, so that it says nothing about a secret to anyone
 // who sees the memory it is kept in.
 type needsKey [sha256.Size]byte

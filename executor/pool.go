@@ -33,7 +33,7 @@ type pool struct {
 	// halt is cancelled with stop: it bounds the refill's instantiations,
 	// so a pooled instance's _initialize still running when the tool
 	// closes is stopped rather than left to run while the runtime (and its
-	// linear memory) is closed under it (callgate.go).
+	// linear memory) is closed under it (callGate).
 	halt     context.Context
 	haltStop context.CancelFunc
 	target   atomic.Int32 // instances to keep ready now, 1..cap(ready)
@@ -132,12 +132,12 @@ func (t *reactorHandler) shrinkIdle(p *pool, idle time.Duration) {
 }
 
 // recycle handles an instance a call gave back: one that can be reset goes
-// back into the pool (recycle.go), any other is closed. It reports whether
+// back into the pool (instance.reset), any other is closed. It reports whether
 // the pool lost an instance it should replace.
 func (t *reactorHandler) recycle(p *pool, in *instance, budget int64) (replace bool) {
 	if in.snap == nil {
 		if in.reusable {
-			in.learnFrom() // image.go
+			in.learnFrom()
 		}
 		_ = in.mod.Close(context.Background())
 		return false
@@ -172,7 +172,7 @@ func (t *reactorHandler) putBack(p *pool, in *instance, budget int64) bool {
 // off the caller's path, unless the pool is empty: then the next call would
 // instantiate anew, which costs more than the reset (a standard-Go guest:
 // a few hundred microseconds, loaded from its image, against tens for
-// copying back the pages a call wrote, recycle.go).
+// copying back the pages a call wrote, instance.reset).
 const inlineResetMax = 256 << 10
 
 // recycleInline resets a recyclable instance on the caller's goroutine and
@@ -197,7 +197,7 @@ func (t *reactorHandler) recycleInline(in *instance) bool {
 const retireQueue = 16
 
 // retire gives back a used instance. A pooled tool hands it to its refill
-// goroutine, which recycles it (recycle.go) or closes it off the caller's
+// goroutine, which recycles it (instance.reset) or closes it off the caller's
 // path (unmapping memory costs more than a small call); without a pool it is
 // closed here.
 func (t *reactorHandler) retire(in *instance) {
@@ -214,7 +214,7 @@ func (t *reactorHandler) retire(in *instance) {
 		}
 	}
 	if in.reusable && in.snap == nil {
-		in.learnFrom() // image.go
+		in.learnFrom()
 	}
 	_ = in.mod.Close(context.Background())
 }
@@ -268,20 +268,6 @@ func (t *reactorHandler) wakeRefill() {
 		}
 	}
 }
-
-// Posture none keeps warm instances: an instance that served a call cleanly
-// serves later calls, and what its guest kept in memory, globals, tables and
-// WASI state persists from one call to the next (docs/DESIGN.md: "state may
-// persist"). What the host gives an instance is per call, and an instance
-// is only ever reused for calls that would give it the same: its WASI
-// environment is the declared env of the call it was made for, and the
-// guest may have kept the config values and secrets it read. So every warm
-// instance is keyed by a digest of the call's declared env, config and
-// secrets (needs.go), and a call takes only an instance with its own key;
-// calls with other values get an instance of their own. Calls of different
-// tenants with equal values may share an instance: posture none is for
-// trusted first-party code, and isolation between tenants is what
-// context-isolated and strict are for.
 
 // warmSet holds the warm instances of a posture-none reactor tool, at most
 // max of them over all keys; a full set gives up its least recently kept

@@ -21,11 +21,11 @@ import (
 // (its guest runtime initialised then) whose entry export serves a call.
 // Which instance serves a call depends on the posture: posture none reuses
 // warm instances (idle), context-isolated and strict take never-used or
-// recycled ones from a pool (pool.go, recycle.go).
+// recycled ones from a pool (pool, instance.reset).
 type reactorHandler struct {
 	*Tool
 	*wasmCode
-	idle *warmSet // warm instances (posture none only; pool.go)
+	idle *warmSet // warm instances (posture none only)
 	pool *pool    // pre-warmed never-used instances (context-isolated, strict)
 	// grew counts instances whose memory had grown when a reset was tried:
 	// past maxGrownResets the tool stops saving snapshots, which a module
@@ -33,7 +33,7 @@ type reactorHandler struct {
 	// would pay for at every instantiation without ever being reset.
 	grew atomic.Int32
 	// image is the tool's instance image, once an instance made one
-	// (image.go); imageMu serialises making it.
+	// (keepState); imageMu serialises making it.
 	image   atomic.Pointer[state]
 	imageMu sync.Mutex
 	cloned  atomic.Int64 // instances loaded from the image
@@ -62,7 +62,7 @@ func (t *reactorHandler) close(ctx context.Context) error {
 		_ = in.mod.Close(ctx)
 	}
 	err := t.runtime.Close(ctx)
-	t.closeImage() // image.go: after every instance that maps it
+	t.closeImage() // after every instance that maps it
 	return err
 }
 
@@ -81,24 +81,24 @@ type instance struct {
 	mod            api.Module
 	handle         api.Function
 	meter          *metering // nil for an unmetered module
-	snap           *snapshot // state after initialisation, for recycling (recycle.go); nil if not recyclable
-	from           *state    // the tool image it was loaded from or made (image.go); nil if none
+	snap           *snapshot // state after initialisation, for recycling (instance.reset); nil if not recyclable
+	from           *state    // the tool image it was loaded from or made (keepState); nil if none
 	recycled       int       // how many times reset put it back
 	reusable       bool      // its last call ended cleanly
-	wake           bool      // taken from the pool, which its call refills when over (pool.go)
+	wake           bool      // taken from the pool, which its call refills when over (wakeRefill)
 	acct           *limits.Account
-	tables         *tableAccount // its tables' elements, charged to acct (tables.go)
-	needs          needsKey      // posture none: the key of the calls it serves (pool.go)
+	tables         *tableAccount // its tables' elements, charged to acct
+	needs          needsKey      // posture none: the key of the calls it serves (warmKey)
 	sleep          *sleeper
 	stdout, stderr *switchWriter
-	vars           *varStore     // an Extism plug-in's vars (extism.go)
-	grew           *atomic.Int32 // its handler's count of instances a reset found grown (recycle.go)
+	vars           *varStore     // an Extism plug-in's vars
+	grew           *atomic.Int32 // its handler's count of instances a reset found grown (instance.reset)
 }
 
 // newInstance instantiates the reactor and runs _initialize under the tool's
 // CPU budget (not charged to any call), or, when the tool has an image and
 // the instance gets no env, loads it from the image without running any of
-// its code (image.go). Its output goes to stdout/stderr until the instance
+// its code (reactorHandler.clone). Its output goes to stdout/stderr until the instance
 // is switched to a call.
 func (t *reactorHandler) newInstance(ctx context.Context, env map[string]string, stdout, stderr *lineForwarder) (*instance, error) {
 	var img *state
@@ -117,13 +117,13 @@ func (t *reactorHandler) instantiate(ctx context.Context, env map[string]string,
 	in := &instance{acct: limits.NewAccount(t.memLimit), sleep: &sleeper{}, stdout: newSwitchWriter(stdout), stderr: newSwitchWriter(stderr)}
 	in.tables = newTableAccount(in.acct)
 	mc := t.moduleConfig(env, in.sleep).WithStdout(in.stdout).WithStderr(in.stderr)
-	var watch *hostWatch // image.go: may this instance be reset to the image?
+	var watch *hostWatch // may this instance be reset to the image?
 	if img == nil && len(env) == 0 && t.imageable() {
 		watch = &hostWatch{}
 	}
 	var mod api.Module
 	cpu, err, cause := t.guard(ctx, func(gctx context.Context, _ context.CancelCauseFunc) error {
-		gctx, ok := t.initContext(gctx, in.tables) // tables.go: tables charged, logs capped
+		gctx, ok := t.initContext(gctx, in.tables) // tables charged, logs capped
 		if !ok {
 			return errTablesOverMem
 		}
@@ -139,7 +139,7 @@ func (t *reactorHandler) instantiate(ctx context.Context, env map[string]string,
 			}
 		}
 		if img != nil {
-			return t.clone(in, mod, img) // image.go: nothing of the module runs
+			return t.clone(in, mod, img) // nothing of the module runs
 		}
 		cctx, done := in.meter.begin(gctx, 0) // instance set-up is not charged
 		defer done()
@@ -174,7 +174,7 @@ func (t *reactorHandler) instantiate(ctx context.Context, env map[string]string,
 	}
 	in.mod, in.handle = mod, mod.ExportedFunction(t.shape.entry)
 	if img == nil && len(env) == 0 {
-		t.keepState(in, watch) // image.go: what a reset writes back; the tool's image
+		t.keepState(in, watch) // what a reset writes back; the tool's image
 	}
 	return in, nil
 }
@@ -182,7 +182,7 @@ func (t *reactorHandler) instantiate(ctx context.Context, env map[string]string,
 func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[string]string) *runOutcome {
 	stdout := newLineForwarder(t.exec.cfg.guestStdout, t.ID(), "stdout")
 	stderr := newLineForwarder(t.exec.cfg.guestStderr, t.ID(), "stderr")
-	key := t.warmKey(env, inv) // needs.go: posture none reuses an instance only for the same needs
+	key := t.warmKey(env, inv) // posture none reuses an instance only for the same needs
 	in := t.takeInstance(key)
 	if in == nil {
 		var err error
@@ -191,7 +191,7 @@ func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[strin
 		}
 	} else if in.wake {
 		in.wake = false
-		defer t.wakeRefill() // pool.go: once the call is over
+		defer t.wakeRefill() // once the call is over
 	}
 	if in.snap != nil && t.pool != nil {
 		t.pool.out.Add(1) // back through retire
@@ -199,7 +199,7 @@ func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[strin
 	in.reusable = false
 	in.stdout.Switch(stdout)
 	in.stderr.Switch(stderr)
-	in.resetAccount() // tables.go: its tables stay charged
+	in.resetAccount() // its tables stay charged
 	inv.acct = in.acct
 	if !in.acct.Reserve(int64(len(inv.input))) {
 		t.retire(in)

@@ -12,57 +12,16 @@ import (
 	"github.com/sandboxd/sandboxd/manifest"
 )
 
-// Recycling: a context-isolated call gets an instance in exactly the state
-// instantiation left it in, without paying for instantiation.
-//
-// Instantiating a module costs tens of microseconds for a small WAT guest
-// and milliseconds for a standard-Go one (its runtime initialises in
-// _initialize); unmapping the memory of a used instance costs more than the
-// call itself. The pool hides some of it, but a busy tool drains its pool
-// faster than a background goroutine can refill it. So, for a module the
-// fuel pass found resettable (internal/fuel: it imports nothing but
-// functions, changes no table or segment, and every state-changing WASI call
-// sets a dirty flag; the pass's verdict is kept with the compiled module,
-// fuelcache.go, and nothing the module exports has a say), each instance
-// saves its state right after
-// instantiation and _initialize — the non-zero 4 KiB chunks of its linear
-// memory and the values of its mutable globals — and, after a call that
-// ended cleanly, that state is written back and the instance returns to the
-// pool (pool.go: on the caller's goroutine for a small memory or an empty
-// pool, else on the refill goroutine):
-//
-//   - linear memory: the saved chunks are copied back and everything else is
-//     cleared, so every byte is what instantiation left; an instance whose
-//     memory grew during the call is closed instead (Wasm memory cannot
-//     shrink), and a tool that had maxGrownResets such instances stops
-//     saving snapshots (reactor.go);
-//   - mutable globals: written back through the exports the pass added;
-//   - tables and segments: unchanged by construction;
-//   - host state: sandboxd_v1 keeps none per instance (it belongs to the
-//     call), nor does extism:host/env but an Extism plug-in's vars, which
-//     every context-isolated call starts without (extism.go); a WASI call that changes any (fd_close, fd_fdstat_set_flags, …)
-//     set the dirty flag, and a dirty instance is closed;
-//   - an instance that trapped, was interrupted, hit a limit, exited or was
-//     closed is never reset.
-//
-// What the guest can observe is therefore the state a fresh instantiation
-// produced, except for one thing: values the guest drew during _initialize
-// (random_get, the clocks) are those of this instance's own instantiation,
-// so calls served by the same instance see the same ones. Posture strict
-// never recycles (every call instantiates anew, or takes a never-used pooled
-// instance), nor does a deterministic executor (its clocks and random stream
-// live outside the guest), nor an executor configured WithRecycling(false).
-
 // state is a module instance's state right after initialisation: what a
 // reset writes back and what an instance cloned from its tool's image starts
-// from (image.go).
+// from (reactorHandler.clone).
 type state struct {
 	memSize int           // bytes of linear memory; -1 without one
 	runs    []run         // its chunks that are not all zero, in order (nil when img holds them)
 	img     *limits.Image // the memory as a copy-on-write image, or nil
 	values  []uint64      // the mutable globals, in the order of the pass's exports
 	// ws is the pages calls of instances mapped from img wrote and read,
-	// made resident in every new instance (image.go); learnt counts the
+	// made resident in every new instance (state.learn); learnt counts the
 	// calls it was learnt from.
 	ws     atomic.Pointer[limits.WorkingSet]
 	learnt atomic.Int32
@@ -77,7 +36,7 @@ type snapshot struct {
 }
 
 // recyclable reports whether t's instances may be reset and reused: only
-// when the pass's own verdict, kept with the compiled module (fuelcache.go),
+// when the pass's own verdict, kept with the compiled module (fuel.Verdict),
 // says the module is resettable. Nothing the module exports is consulted for
 // that decision: a module may export any name the pass does not reserve for
 // it.
@@ -129,7 +88,7 @@ func save(mod api.Module, v fuel.Verdict) *snapshot {
 
 // capture reads mod's state through s's handles: its globals' values and
 // its memory, as a copy-on-write image when asImage and the memory is large
-// enough for mapping to beat copying (image.go), else as the non-zero
+// enough for mapping to beat copying (imageMapMin), else as the non-zero
 // chunks copied to the Go heap. It returns nil when the memory cannot be
 // read.
 func capture(mod api.Module, s *snapshot, asImage bool) *state {

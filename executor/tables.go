@@ -10,24 +10,6 @@ import (
 	"github.com/sandboxd/sandboxd/limits"
 )
 
-// Tables count against memMB (F05). wazero keeps every table as a Go slice
-// of references, host memory the guest makes the process hold, and a module
-// may declare many tables. So an instance charges to its limits.Account, like
-// its linear memory:
-//
-//   - at instantiation, the initial elements of all its tables (the pass's
-//     verdict, fuelcache.go), fuel.TableElemBytes each; a refusal fails the
-//     instantiation with limits-exceeded memMB;
-//   - every table.grow, which the instrumented module asks the host about
-//     through the fuel.TableAccount its call's context carries
-//     (fuel.WithTableAccount); a refusal makes table.grow return -1, as a
-//     table at its maximum does.
-//
-// Every context an instance's code runs under (instantiation, the start
-// function, _initialize, handle) carries its tableAccount. The bytes stay
-// charged for the instance's life: a new call on a warm or recycled instance
-// starts its Account afresh and charges them again (resetAccount).
-
 // tableAccount is an instance's fuel.TableAccount, backed by its Account.
 type tableAccount struct {
 	acct *limits.Account
@@ -75,13 +57,13 @@ func (in *instance) resetAccount() {
 		in.acct.Reserve(n) // fitted beside the same linear memory before
 	}
 	if in.vars != nil && in.vars.bytes > 0 {
-		in.acct.Reserve(in.vars.bytes) // an Extism plug-in's vars (extism.go), charged with the instance
+		in.acct.Reserve(in.vars.bytes) // an Extism plug-in's vars (varStore), charged with the instance
 	}
 }
 
 // initContext returns the context an instance's initialisation runs under
 // (instantiation, start, _initialize): it charges table growth to the
-// instance and caps guest logs as a call's are (writers.go). It reserves the
+// instance and caps guest logs as a call's are (admitLog). It reserves the
 // module's initial tables first; false means they do not fit in memMB (the
 // Account recorded the refusal).
 func (t *reactorHandler) initContext(ctx context.Context, tables *tableAccount) (context.Context, bool) {

@@ -14,7 +14,7 @@ import (
 )
 
 // Tool is a loaded tool. It is safe for concurrent use; Close it when done.
-// What runs a call is its handler (handler.go), chosen once at load: an
+// What runs a call is its handler, chosen once at load: an
 // ABI reactor, a WASI command or a declarative HTTP request; everything
 // else here is the same for every kind.
 type Tool struct {
@@ -36,7 +36,7 @@ type Tool struct {
 
 	h      handler
 	closed atomic.Bool
-	calls  callGate // callgate.go: Close waits for running calls
+	calls  callGate // Close waits for running calls
 }
 
 // ID returns the tool id.
@@ -188,7 +188,7 @@ func (t *Tool) finish(res *Result, err error, start time.Time) (*Result, error) 
 // invoke runs the call of req; observed is the context the observer's
 // events carry (nil: no observer).
 func (t *Tool) invoke(ctx context.Context, req *Request, observed *CallContext) (*Result, error) {
-	// The call's context (callctx.go): ended by ctx, by Close and by the
+	// The call's context (a callCtx): ended by ctx, by Close and by the
 	// default timeout when ctx sets no deadline.
 	c, ok := t.calls.enter(ctx, t.exec.cfg.defaultTimeout)
 	if !ok || t.closed.Load() {
@@ -218,12 +218,12 @@ func (t *Tool) invoke(ctx context.Context, req *Request, observed *CallContext) 
 	// The context document is made when the guest first reads it
 	// (invocation.contextDoc): most calls never do.
 	inv := &invocation{tool: t, input: input, cc: req.Context, env: env, config: cfgValues, secrets: t.declaredSecrets(req.Context.Secrets)}
-	if err := inv.checkSecrets(); err != nil { // egress.go: before any guest starts
+	if err := inv.checkSecrets(); err != nil { // before any guest starts
 		return nil, err
 	}
 	out := t.h.run(c, inv, env)
 	res := &Result{Usage: Usage{CPUMs: cpuMs(out.cpu + vcpu), PeakMemMB: round2(float64(out.peak) / limits.MiB), Fuel: out.fuel}}
-	res.Egress = inv.egressAttempts() // egress.go
+	res.Egress = inv.egressAttempts()
 	if out.err != nil {
 		return res, out.err
 	}
@@ -241,7 +241,7 @@ func (t *Tool) invoke(ctx context.Context, req *Request, observed *CallContext) 
 
 func (t *Tool) declaredSecrets(given map[string]string) map[string]string {
 	if len(t.secretNames) == 0 || len(given) == 0 {
-		return nil // read only (egress.go, needs.go): nil reads as empty
+		return nil // read only (secretValue, resolveNeeds): nil reads as empty
 	}
 	out := make(map[string]string, len(t.secretNames))
 	for name := range t.secretNames {

@@ -30,11 +30,11 @@ const (
 
 // instantiateWASI instantiates wasi_snapshot_preview1 in r with a function
 // listener on every WASI function (the host module only: guest code gets
-// none), so that each call, like a sandboxd_v1 call (host.go):
+// none), so that each call, like a sandboxd_v1 call (Tool.instantiateHost):
 //
 //   - pays hostCallFuel and checks the call's interrupt on entry (Before
 //     panics to trap the guest) and checks it again before returning (After);
-//   - pays for its bytes at the host.go rate: fd_write the iovec bytes it is
+//   - pays for its bytes at the hostBytesPerFuel rate: fd_write the iovec bytes it is
 //     given (charged before the write, in the listener, not in the writers),
 //     fd_read the bytes it read, poll_oneoff its subscriptions and events,
 //     random_get the bytes it generates (meteredRand: hostChunk at a time,
@@ -95,7 +95,7 @@ func wasiListenerFor(def api.FunctionDefinition) experimental.FunctionListener {
 		}
 	}
 	if !fuel.StatelessWASI(def.Name()) {
-		l.after = watchHostState(def.Name(), l.after) // image.go
+		l.after = watchHostState(def.Name(), l.after)
 	}
 	return l
 }

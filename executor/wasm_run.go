@@ -33,7 +33,7 @@ func (t *Tool) guard(ctx context.Context, fn func(ctx context.Context, cancel co
 	defer runtime.UnlockOSThread()
 	budget := time.Duration(t.limits.cpuMs) * time.Millisecond
 	if c, ok := ctx.(*callCtx); ok && c.guarded.CompareAndSwap(false, true) {
-		// A call's own context (callctx.go) is the guarded one: the
+		// A call's own context (a callCtx) is the guarded one: the
 		// watchdog and fn's cancel end the call, which is what ending a
 		// context derived for the guard came to (the call fails with what
 		// classify makes of the cause), without deriving one. The
@@ -51,7 +51,7 @@ func (t *Tool) guard(ctx context.Context, fn func(ctx context.Context, cancel co
 	gctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	wd := limits.StartWatchdog(limits.CurrentThread(), budget, func(time.Duration) { cancel(errCPUExceeded) })
-	// The fuel meter also asks the watchdog at every refill (fuel.go), so
+	// The fuel meter also asks the watchdog at every refill (metering.begin), so
 	// the budget holds even when the watchdog's timer runs late.
 	err = fn(context.WithValue(gctx, watchdogKey{}, wd), cancel)
 	cpu, _ = wd.Stop()
@@ -59,7 +59,7 @@ func (t *Tool) guard(ctx context.Context, fn func(ctx context.Context, cancel co
 }
 
 // sleeper makes WASI sleeps interruptible by the current call's context,
-// and charges random_get to it (wasi.go). ctx is the context the instance's
+// and charges random_get to it (meteredRand). ctx is the context the instance's
 // guest code currently runs under (the metered one once it is metered).
 type sleeper struct {
 	ctx atomic.Pointer[context.Context]
@@ -85,12 +85,12 @@ func (t *Tool) moduleConfig(env map[string]string, sl *sleeper) wazero.ModuleCon
 		WithSysWalltime().
 		WithSysNanotime().
 		WithNanosleep(sl.sleep).
-		WithRandSource(sl.rand(rand.Reader)). // wasi.go: charged per chunk
+		WithRandSource(sl.rand(rand.Reader)). // charged per chunk
 		WithStartFunctions()
 	for k, v := range env {
 		mc = mc.WithEnv(k, v)
 	}
-	return t.exec.deterministicModuleConfig(mc, sl) // deterministic.go
+	return t.exec.deterministicModuleConfig(mc, sl)
 }
 
 // handlerFailure maps a non-zero return from handle.
@@ -178,11 +178,11 @@ func (t *Tool) classify(ctx context.Context, inv *invocation, err, cause error, 
 		}
 		return &toolerr.Error{Code: toolerr.HandlerError, Message: msg, Details: map[string]any{"exitCode": code}, Err: err}
 	}
-	var hf *hostFailure // an Extism host call failed the call (extism.go)
+	var hf *hostFailure // an Extism host call failed the call
 	if errors.As(err, &hf) {
 		return &toolerr.Error{Code: toolerr.HandlerError, Message: hf.msg, Details: hf.details, Err: err}
 	}
-	var ht *hostTrap // a host function refused the call (host.go, wasi.go)
+	var ht *hostTrap // a host function refused the call (trapf)
 	if errors.As(err, &ht) {
 		return &toolerr.Error{Code: toolerr.HandlerTrap, Message: "trap: " + ht.msg, Details: map[string]any{"trap": ht.msg}, Err: err}
 	}
