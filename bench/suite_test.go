@@ -561,11 +561,11 @@ func instantiation(t *testing.T, r *report) {
 			}
 			r.p("| %s | %s | %s | %s | %s |", g.name, c.name, us(res[j].p50), us(res[j].p99), cost)
 		}
-		if cases[0].tool.RecycledCalls() == 0 {
+		if cases[0].tool.Stats().RecycledCalls == 0 {
 			t.Fatalf("%s: no call was served by a recycled instance", g.name)
 		}
 		for _, j := range []int{1, 2} {
-			if cases[j].tool.ImageInstances() == 0 {
+			if cases[j].tool.Stats().ImageInstances == 0 {
 				t.Fatalf("%s: %s: no instance was loaded from the image", g.name, cases[j].name)
 			}
 		}
@@ -791,7 +791,7 @@ func memory(t *testing.T, r *report) {
 			for deadline := time.Now().Add(span(60 * time.Second)); stable < 5 && time.Now().Before(deadline); {
 				time.Sleep(100 * time.Millisecond)
 				h, rs, pr := snap()
-				if ready, target := tool.PoolStats(); h <= h1+h1/200 && h1 > 0 && ready >= target {
+				if ready, target := poolStats(tool); h <= h1+h1/200 && h1 > 0 && ready >= target {
 					stable++
 				} else {
 					stable = 0
@@ -804,7 +804,7 @@ func memory(t *testing.T, r *report) {
 		t0 := loadTool(t, e0, toolManifest("bench.mem", fsRef(path), true, "context-isolated", 5000))
 		drive(t0)
 		h0, r0, p0 := settle(t0)
-		n0, _ := t0.PoolStats()
+		n0, _ := poolStats(t0)
 		// one tool at a time: the second measurement holds what the first
 		// held, but for the extra instances
 		_ = t0.Close(context.Background())
@@ -813,7 +813,7 @@ func memory(t *testing.T, r *report) {
 		t1 := loadTool(t, e1, toolManifest("bench.mem", fsRef(path), true, "context-isolated", 5000))
 		drive(t1)
 		h1, r1, p1 := settle(t1)
-		n1, _ := t1.PoolStats()
+		n1, _ := poolStats(t1)
 		n := n1 - n0
 		if n <= 0 {
 			t.Fatalf("%s: the pool of %d holds %d instances, the pool of 1 %d", g.file, g.n, n1, n0)
@@ -852,4 +852,10 @@ func kib(b float64) string {
 		return "< 1"
 	}
 	return fmt.Sprintf("%.0f", b/1024)
+}
+
+// poolStats is tool's pre-warmed instances: ready now, and the target.
+func poolStats(tool *executor.Tool) (ready, target int) {
+	s := tool.Stats()
+	return s.PoolReady, s.PoolTarget
 }

@@ -42,7 +42,7 @@ func BenchmarkInvoke(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			b.ReportMetric(float64(tool.RecycledCalls())/float64(b.N+1), "recycled/op")
+			b.ReportMetric(float64(tool.Stats().RecycledCalls)/float64(b.N+1), "recycled/op")
 		})
 	}
 }

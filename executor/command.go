@@ -15,7 +15,7 @@ import (
 // commandHandler runs a WASI command: every call instantiates the module
 // with the input on stdin and runs _start; stdout is the output.
 type commandHandler struct {
-	*Tool
+	*toolEnv
 	*wasmCode
 }
 
@@ -30,7 +30,7 @@ func (t *commandHandler) run(ctx context.Context, inv *invocation, env map[strin
 		return &runOutcome{err: t.memExceeded(acct.Refused(), fmt.Sprintf("the input (%d bytes) does not fit in memMB %d", len(inv.input), t.limits.memMB))}
 	}
 	stdout := &cappedBuffer{acct: acct}
-	stderr := newLineForwarder(t.exec.cfg.guestStderr, t.ID(), "stderr")
+	stderr := newLineForwarder(t.cfg.guestStderr, t.id, "stderr")
 	sl := &sleeper{}
 	mc := t.moduleConfig(env, sl).
 		WithStdin(bytes.NewReader(inv.input)).
@@ -58,7 +58,7 @@ func (t *commandHandler) run(ctx context.Context, inv *invocation, env map[strin
 		if meter, err = newMetering(mod); err != nil {
 			return err
 		}
-		cctx, done := meter.begin(ictx, t.exec.cfg.fuelBudget)
+		cctx, done := meter.begin(ictx, t.cfg.fuelBudget)
 		defer done()
 		sl.ctx.Store(&cctx)
 		if err = runStart(cctx, mod); err == nil {

@@ -28,11 +28,11 @@ func (e *Executor) Deterministic() (seed uint64, ok bool) {
 }
 
 // deterministicModuleConfig replaces the clocks, sleep and random source of
-// mc with the deterministic ones when e is deterministic. Each call builds
+// mc with the deterministic ones when c is deterministic. Each call builds
 // fresh state, so every instance starts from the same clocks and stream. The
 // stream is metered by sl like any random source (meteredRand).
-func (e *Executor) deterministicModuleConfig(mc wazero.ModuleConfig, sl *sleeper) wazero.ModuleConfig {
-	seed, ok := e.Deterministic()
+func (c *Config) deterministicModuleConfig(mc wazero.ModuleConfig, sl *sleeper) wazero.ModuleConfig {
+	seed, ok := c.seed, c.deterministic
 	if !ok {
 		return mc
 	}

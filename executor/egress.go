@@ -61,8 +61,8 @@ type openResponse struct {
 // egressOptions builds the session options of one invocation, for every
 // handler kind: the operator's resolver, dialer, ranges, TLS and budgets,
 // the call's memory account, and the tool's secrets (secretValue).
-func (t *Tool) egressOptions(inv *invocation) egress.Options {
-	ec := t.exec.cfg.egress
+func (t *toolEnv) egressOptions(inv *invocation) egress.Options {
+	ec := t.cfg.egress
 	return egress.Options{
 		Resolver:    ec.resolver,
 		Dial:        ec.dial,

@@ -220,10 +220,11 @@ func (e *Executor) load(ctx context.Context, mt *manifest.Tool, o *loadOptions) 
 	if err != nil {
 		return nil, err
 	}
-	t := &Tool{
-		exec: e, m: mt, posture: posture, limits: lim, memLimit: lim.memMB * limits.MiB,
-		needs: needs, secretNames: needs.secrets, policy: policy, source: "spec",
+	env := &toolEnv{
+		id: mt.ID, posture: posture, limits: lim, memLimit: lim.memMB * limits.MiB,
+		needs: needs, policy: policy, cfg: &e.cfg, pooled: &e.pooledBytes,
 	}
+	t := &Tool{toolEnv: env, exec: e, m: mt, secretNames: needs.secrets, source: "spec"}
 	var mod *artifact.Module
 	if spec != nil {
 		if spec.AuthSecret != "" {

@@ -84,8 +84,8 @@ func unmeteredRefused(err error) error {
 }
 
 // fuelExceeded is the limits-exceeded error of a spent fuel budget.
-func (t *Tool) fuelExceeded(used int64) error {
-	b := t.exec.cfg.fuelBudget
+func (t *toolEnv) fuelExceeded(used int64) error {
+	b := t.cfg.fuelBudget
 	return toolerr.Limits(&toolerr.LimitsError{Limit: toolerr.LimitFuel, Declared: b, Observed: used},
 		fmt.Sprintf("the guest spent its fuel budget of %d units", b))
 }
@@ -104,12 +104,4 @@ func runStart(ctx context.Context, mod api.Module) error {
 func exitedOK(err error) bool {
 	var exit *sys.ExitError
 	return errors.As(err, &exit) && exit.ExitCode() == 0
-}
-
-// Metered reports whether the tool's guest is interrupted through fuel
-// metering (false: the pass refused the module and wazero's
-// close-on-context-done stands in).
-func (t *Tool) Metered() bool {
-	c, ok := t.h.(interface{ code() *wasmCode })
-	return ok && c.code().metered
 }

@@ -18,7 +18,7 @@ import (
 func TestFuelMetering(t *testing.T) {
 	e := newExecutor(t)
 	for _, fx := range []string{"echo_reactor", "echo_command", "go_echo_reactor", "go_echo_command", "loop", "spin_command", "trap"} {
-		if tool := load(t, e, fx, nil); !tool.Metered() {
+		if tool := load(t, e, fx, nil); !tool.Stats().Metered {
 			t.Errorf("%s is not metered", fx)
 		}
 	}
@@ -87,7 +87,7 @@ func TestFuelDiskCache(t *testing.T) {
 		t.Fatalf("fuel cache: %v %v", entries, err)
 	}
 	tool := load(t, newExecutor(t, cfg), "echo_reactor", nil)
-	if !tool.Metered() {
+	if !tool.Stats().Metered {
 		t.Fatal("a tool loaded from the fuel cache is not metered")
 	}
 	if res, err := invoke(t, tool, `{"a":1}`); err != nil || string(res.Output) != `{"a":1}` || res.Usage.Fuel == 0 {
@@ -118,7 +118,7 @@ func TestF04FuelOptOut(t *testing.T) {
 		return c.WithFuelBudget(1_000_000).WithAllowUnmetered(true)
 	})
 	tool := load(t, allowed, "f04_optout", withLimits(16, 60_000))
-	if tool.Metered() {
+	if tool.Stats().Metered {
 		t.Fatal("a module the pass refuses reports itself metered")
 	}
 	// Unmetered: no fuel budget applies; close-on-context-done ends it at

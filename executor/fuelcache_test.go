@@ -83,7 +83,7 @@ func TestFuelCacheTamper(t *testing.T) {
 				t.Fatal(err)
 			}
 			tool := load(t, privateExecutor(t, dir), "loop", withLimits(16, cpuMs))
-			if !tool.Metered() {
+			if !tool.Stats().Metered {
 				t.Fatal("the tool is not metered")
 			}
 			start := time.Now()

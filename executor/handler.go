@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero"
@@ -10,9 +11,11 @@ import (
 
 	"github.com/sandboxd/sandboxd/abi"
 	"github.com/sandboxd/sandboxd/artifact"
+	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/internal/fuel"
 	"github.com/sandboxd/sandboxd/internal/httpspec"
 	"github.com/sandboxd/sandboxd/internal/wasmbin"
+	"github.com/sandboxd/sandboxd/manifest"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
 
@@ -28,9 +31,27 @@ type handler interface {
 	// context document, config values and secrets; env is the declared WASI
 	// environment of the call.
 	run(ctx context.Context, inv *invocation, env map[string]string) *runOutcome
+	// stats reports the handler's instance counters (Tool.Stats).
+	stats() Stats
 	// close releases what the handler holds (instances, runtime); calls in
 	// flight are stopped.
 	close(ctx context.Context) error
+}
+
+// toolEnv is what a handler may use of its tool, fixed at Load but for
+// closed. A handler embeds it (as Tool does) and reaches nothing else of
+// the tool or its executor; host functions reach the call's Tool through
+// the invocation.
+type toolEnv struct {
+	id       string
+	posture  manifest.Posture
+	limits   toolLimits
+	memLimit int64 // bytes
+	needs    *needs
+	policy   *egress.Policy // the network policy, compiled at load
+	cfg      *Config        // the executor's settings; read only
+	pooled   *atomic.Int64  // the executor's pooled linear memory (Executor.PooledBytes)
+	closed   atomic.Bool    // set by Tool.Close
 }
 
 // newHandler chooses and builds t's handler: a declarative HTTP tool when
@@ -40,16 +61,16 @@ type handler interface {
 // it reports style command, and its instance ends with the call).
 func (e *Executor) newHandler(ctx context.Context, t *Tool, spec *httpspec.Spec, mod *artifact.Module) (handler, error) {
 	if spec != nil {
-		return &httpHandler{Tool: t, spec: spec}, nil
+		return &httpHandler{toolEnv: t.toolEnv, spec: spec}, nil
 	}
 	code, err := e.compileCode(ctx, t, mod)
 	if err != nil {
 		return nil, err
 	}
 	if code.shape.entry == "" { // a WASI command: stdin, stdout, _start
-		return &commandHandler{Tool: t, wasmCode: code}, nil
+		return &commandHandler{toolEnv: t.toolEnv, wasmCode: code}, nil
 	}
-	return newReactorHandler(t, code), nil
+	return newReactorHandler(t.toolEnv, code), nil
 }
 
 // wasmCode is a tool's compiled module in its own runtime, with the host

@@ -28,7 +28,7 @@ const (
 // httpHandler performs a declarative HTTP tool's request (spec.kind
 // "http"); no Wasm runs.
 type httpHandler struct {
-	*Tool
+	*toolEnv
 	spec *httpspec.Spec
 }
 

@@ -346,8 +346,8 @@ func TestHTTPToolKindgiTests(t *testing.T) {
 			}},
 		{name: "tool.handler is synthesized (not null / undefined)",
 			check: func(t *testing.T, o outcome) {
-				if o.tool.Style() != executor.HTTP || o.tool.Metered() {
-					t.Fatalf("style %q, metered %v", o.tool.Style(), o.tool.Metered())
+				if o.tool.Style() != executor.HTTP || o.tool.Stats().Metered {
+					t.Fatalf("style %q, metered %v", o.tool.Style(), o.tool.Stats().Metered)
 				}
 			}},
 	}

@@ -17,7 +17,7 @@ const imageMapMin = inlineResetMax
 // imageable reports whether t's instances may be loaded from an image.
 func (t *reactorHandler) imageable() bool {
 	return t.metered && t.verdict.Resettable && t.poolable() &&
-		!t.exec.cfg.deterministic && t.exec.cfg.images
+		!t.cfg.deterministic && t.cfg.images
 }
 
 // hostWatch records whether an instance's _initialize may have changed its
@@ -90,15 +90,6 @@ func (t *reactorHandler) clone(in *instance, mod api.Module, img *state) error {
 	}
 	t.cloned.Add(1)
 	return nil
-}
-
-// ImageInstances returns how many of t's instances were loaded from its
-// instance image instead of running _initialize (0 for a tool without one).
-func (t *Tool) ImageInstances() int64 {
-	if r, ok := t.h.(*reactorHandler); ok {
-		return r.cloned.Load()
-	}
-	return 0
 }
 
 // keepState records what a newly initialised instance in (no env) is reset

@@ -86,13 +86,13 @@ func TestImageInstancesAreFresh(t *testing.T) {
 					}
 				}
 			}
-			n := tool.ImageInstances()
-			t.Logf("%d instances loaded from the image, %d calls served by a recycled instance", n, tool.RecycledCalls())
+			n := tool.Stats().ImageInstances
+			t.Logf("%d instances loaded from the image, %d calls served by a recycled instance", n, tool.Stats().RecycledCalls)
 			if n < 4 {
 				t.Fatalf("only %d instances were loaded from the tool's image", n)
 			}
-			if tc.posture == "strict" && tool.RecycledCalls() != 0 {
-				t.Fatalf("a strict tool recycled %d instances", tool.RecycledCalls())
+			if tc.posture == "strict" && tool.Stats().RecycledCalls != 0 {
+				t.Fatalf("a strict tool recycled %d instances", tool.Stats().RecycledCalls)
 			}
 		})
 	}
@@ -115,8 +115,8 @@ func TestImageSharesInitRandomness(t *testing.T) {
 			}
 			seen[a.Rand] = true
 		}
-		if !images && tool.ImageInstances() != 0 {
-			t.Fatalf("images off, yet %d instances came from an image", tool.ImageInstances())
+		if !images && tool.Stats().ImageInstances != 0 {
+			t.Fatalf("images off, yet %d instances came from an image", tool.Stats().ImageInstances)
 		}
 		return seen
 	}
@@ -141,7 +141,7 @@ func TestImageRefusedAfterDirtyInit(t *testing.T) {
 				t.Fatalf("%s call %d: %s, %v", posture, i, res.Output, err)
 			}
 		}
-		if n := tool.ImageInstances(); n != 0 {
+		if n := tool.Stats().ImageInstances; n != 0 {
 			t.Fatalf("%s: %d instances were loaded from an image of a dirty _initialize", posture, n)
 		}
 	}
@@ -182,9 +182,9 @@ func TestImageGoGuest(t *testing.T) {
 			for err := range errs {
 				t.Fatal(err)
 			}
-			t.Logf("%d instances from the image, %d recycled calls", tool.ImageInstances(), tool.RecycledCalls())
-			if tc.wantImage && tool.ImageInstances() < 30 {
-				t.Fatalf("only %d instances of the Go guest were loaded from its image", tool.ImageInstances())
+			t.Logf("%d instances from the image, %d recycled calls", tool.Stats().ImageInstances, tool.Stats().RecycledCalls)
+			if tc.wantImage && tool.Stats().ImageInstances < 30 {
+				t.Fatalf("only %d instances of the Go guest were loaded from its image", tool.Stats().ImageInstances)
 			}
 		})
 	}
@@ -212,7 +212,7 @@ func TestImageSmallMemoryClones(t *testing.T) {
 				t.Fatalf("pool %d call %d (%s): %v %v, want %s", pool, i, in, res, err, want)
 			}
 		}
-		if n := tool.ImageInstances(); n < 4 {
+		if n := tool.Stats().ImageInstances; n < 4 {
 			t.Fatalf("pool %d: only %d instances were loaded from the image", pool, n)
 		}
 	}

@@ -151,7 +151,7 @@ func TestF07InitLogFlood(t *testing.T) {
 			// Let the pool settle: its instances initialise in the background.
 			deadline := time.Now().Add(10 * time.Second)
 			for time.Now().Before(deadline) {
-				if ready, target := tool.PoolStats(); ready >= target {
+				if ready, target := poolStats(tool); ready >= target {
 					break
 				}
 				time.Sleep(10 * time.Millisecond)

@@ -48,7 +48,7 @@ func (t *reactorHandler) poolable() bool {
 }
 
 func (t *reactorHandler) startPool() {
-	size := t.exec.cfg.poolSize
+	size := t.cfg.poolSize
 	if size == 0 || !t.poolable() {
 		return
 	}
@@ -66,7 +66,7 @@ func (t *reactorHandler) startPool() {
 // _initialize fails costs its callers, not a spinning background loop.
 func (t *reactorHandler) refill(p *pool) {
 	defer close(p.done)
-	budget, idle := t.exec.cfg.poolLimits()
+	budget, idle := t.cfg.poolLimits()
 	tick := time.NewTicker(max(idle/4, time.Millisecond))
 	defer tick.Stop()
 	for {
@@ -84,25 +84,25 @@ func (t *reactorHandler) refill(p *pool) {
 		case <-p.need:
 		}
 		for len(p.ready)+int(p.out.Load()) < int(p.target.Load()) {
-			if t.exec.pooledBytes.Load() >= budget {
+			if t.pooled.Load() >= budget {
 				break // over the shared budget: wait for a take
 			}
-			ctx, cancel := context.WithTimeout(p.halt, t.exec.cfg.defaultTimeout)
-			in, err := t.newInstance(ctx, nil, newLineForwarder(t.exec.cfg.guestStdout, t.ID(), "stdout"), newLineForwarder(t.exec.cfg.guestStderr, t.ID(), "stderr"))
+			ctx, cancel := context.WithTimeout(p.halt, t.cfg.defaultTimeout)
+			in, err := t.newInstance(ctx, nil, newLineForwarder(t.cfg.guestStdout, t.id, "stdout"), newLineForwarder(t.cfg.guestStderr, t.id, "stderr"))
 			cancel()
 			if err != nil {
 				break
 			}
 			size := in.heldBytes()
-			if t.exec.pooledBytes.Add(size) > budget {
-				t.exec.pooledBytes.Add(-size)
+			if t.pooled.Add(size) > budget {
+				t.pooled.Add(-size)
 				_ = in.mod.Close(context.Background())
 				break
 			}
 			select {
 			case p.ready <- in:
 			case <-p.stop:
-				t.exec.pooledBytes.Add(-size)
+				t.pooled.Add(-size)
 				_ = in.mod.Close(context.Background())
 				return
 			}
@@ -123,7 +123,7 @@ func (t *reactorHandler) shrinkIdle(p *pool, idle time.Duration) {
 	for len(p.ready) > int(p.target.Load()) {
 		select {
 		case in := <-p.ready:
-			t.exec.pooledBytes.Add(-in.heldBytes())
+			t.pooled.Add(-in.heldBytes())
 			_ = in.mod.Close(context.Background())
 		default:
 			return
@@ -154,14 +154,14 @@ func (t *reactorHandler) recycle(p *pool, in *instance, budget int64) (replace b
 // executor's pool budget allows it, and reports whether it did.
 func (t *reactorHandler) putBack(p *pool, in *instance, budget int64) bool {
 	size := in.heldBytes()
-	if t.exec.pooledBytes.Add(size) <= budget {
+	if t.pooled.Add(size) <= budget {
 		select {
 		case p.ready <- in:
 			return true
 		default:
 		}
 	}
-	t.exec.pooledBytes.Add(-size)
+	t.pooled.Add(-size)
 	return false
 }
 
@@ -184,7 +184,7 @@ func (t *reactorHandler) recycleInline(in *instance) bool {
 		(in.snap.st.memSize > inlineResetMax && len(p.ready) > 0) {
 		return false
 	}
-	budget, _ := t.exec.cfg.poolLimits()
+	budget, _ := t.cfg.poolLimits()
 	if len(p.ready) >= cap(p.ready) || !in.reset() || !t.putBack(p, in, budget) {
 		return false
 	}
@@ -227,7 +227,7 @@ func (t *reactorHandler) takeInstance(key needsKey) *instance {
 		var in *instance
 		select {
 		case in = <-p.ready:
-			t.exec.pooledBytes.Add(-in.heldBytes())
+			t.pooled.Add(-in.heldBytes())
 			if in.recycled > 0 {
 				p.recycled.Add(1)
 			}
@@ -358,7 +358,7 @@ func (t *reactorHandler) stopPool(ctx context.Context) bool {
 	for {
 		select {
 		case in := <-p.ready:
-			t.exec.pooledBytes.Add(-in.heldBytes())
+			t.pooled.Add(-in.heldBytes())
 			_ = in.mod.Close(ctx)
 		case in := <-p.retired:
 			_ = in.mod.Close(ctx)
@@ -366,24 +366,6 @@ func (t *reactorHandler) stopPool(ctx context.Context) bool {
 			return true
 		}
 	}
-}
-
-// PoolStats reports the tool's pre-warmed instances: how many are ready now
-// and how many the pool currently aims to keep (it adapts to load, up to the
-// pool size). Both are 0 for a tool that is not pooled (posture none, command
-// style, declared env, declarative HTTP, pool size 0).
-func (t *Tool) PoolStats() (ready, target int) {
-	if p, ok := t.h.(interface{ poolStats() (int, int) }); ok {
-		return p.poolStats()
-	}
-	return 0, 0
-}
-
-func (t *reactorHandler) poolStats() (ready, target int) {
-	if p := t.pool; p != nil {
-		return len(p.ready), int(p.target.Load())
-	}
-	return 0, 0
 }
 
 // PooledBytes returns the linear memory held by all idle pre-warmed

@@ -14,7 +14,7 @@ func TestPoolAdaptsToLoad(t *testing.T) {
 		return c.WithPoolSize(4).WithPoolBudget(executor.DefaultPoolBudget, 300*time.Millisecond).WithRecycling(false)
 	})
 	tool := load(t, e, "go_echo_reactor", nil)
-	if _, target := tool.PoolStats(); target != 2 {
+	if _, target := poolStats(tool); target != 2 {
 		t.Fatalf("initial target %d, want 2", target)
 	}
 	// A Go instance takes hundreds of microseconds to build even from the
@@ -26,7 +26,7 @@ func TestPoolAdaptsToLoad(t *testing.T) {
 		if _, err := invoke(t, tool, `{"i":1}`); err != nil {
 			t.Fatal(err)
 		}
-		_, target := tool.PoolStats()
+		_, target := poolStats(tool)
 		grew = target > 2
 	}
 	if !grew {
@@ -34,12 +34,12 @@ func TestPoolAdaptsToLoad(t *testing.T) {
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		if ready, target := tool.PoolStats(); target == 1 && ready <= 1 {
+		if ready, target := poolStats(tool); target == 1 && ready <= 1 {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	ready, target := tool.PoolStats()
+	ready, target := poolStats(tool)
 	t.Fatalf("idle pool did not shrink: ready %d, target %d", ready, target)
 }
 
@@ -57,7 +57,7 @@ func TestPoolBudget(t *testing.T) {
 		}
 	}
 	time.Sleep(100 * time.Millisecond)
-	if ready, _ := tool.PoolStats(); ready != 0 || e.PooledBytes() != 0 {
+	if ready, _ := poolStats(tool); ready != 0 || e.PooledBytes() != 0 {
 		t.Fatalf("over budget: ready %d, pooled bytes %d", ready, e.PooledBytes())
 	}
 
@@ -65,7 +65,7 @@ func TestPoolBudget(t *testing.T) {
 	tool2 := load(t, e2, "echo_reactor", nil)
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if ready, _ := tool2.PoolStats(); ready == 2 {
+		if ready, _ := poolStats(tool2); ready == 2 {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -73,11 +73,17 @@ func TestPoolBudget(t *testing.T) {
 	// Each instance holds its page of linear memory; the copy it is reset
 	// from (recycling, recycle.go) keeps only non-zero chunks, and this
 	// guest's memory is all zero after initialisation.
-	if ready, _ := tool2.PoolStats(); ready != 2 || e2.PooledBytes() != 2*65536 {
+	if ready, _ := poolStats(tool2); ready != 2 || e2.PooledBytes() != 2*65536 {
 		t.Fatalf("default pool: ready %d, pooled bytes %d (want 2 instances of 1 page)", ready, e2.PooledBytes())
 	}
 	tool2.Close(t.Context())
 	if e2.PooledBytes() != 0 {
 		t.Fatalf("closing the tool left %d pooled bytes", e2.PooledBytes())
 	}
+}
+
+// poolStats is tool's pre-warmed instances: ready now, and the target.
+func poolStats(tool *executor.Tool) (ready, target int) {
+	s := tool.Stats()
+	return s.PoolReady, s.PoolTarget
 }

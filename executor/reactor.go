@@ -23,7 +23,7 @@ import (
 // warm instances (idle), context-isolated and strict take never-used or
 // recycled ones from a pool (pool, instance.reset).
 type reactorHandler struct {
-	*Tool
+	*toolEnv
 	*wasmCode
 	idle *warmSet // warm instances (posture none only)
 	pool *pool    // pre-warmed never-used instances (context-isolated, strict)
@@ -42,11 +42,12 @@ type reactorHandler struct {
 // maxGrownResets is how many grown instances turn snapshots off for a tool.
 const maxGrownResets = 8
 
-// newReactorHandler makes t's reactor handler and starts its pool.
-func newReactorHandler(t *Tool, code *wasmCode) *reactorHandler {
-	r := &reactorHandler{Tool: t, wasmCode: code}
-	if t.posture == manifest.PostureNone && t.exec.cfg.idleInstances > 0 {
-		r.idle = newWarmSet(t.exec.cfg.idleInstances)
+// newReactorHandler makes the reactor handler of the tool of t and code,
+// and starts its pool.
+func newReactorHandler(t *toolEnv, code *wasmCode) *reactorHandler {
+	r := &reactorHandler{toolEnv: t, wasmCode: code}
+	if t.posture == manifest.PostureNone && t.cfg.idleInstances > 0 {
+		r.idle = newWarmSet(t.cfg.idleInstances)
 	}
 	r.startPool()
 	return r
@@ -56,7 +57,7 @@ func (t *reactorHandler) style() Style { return t.shape.style }
 
 func (t *reactorHandler) close(ctx context.Context) error {
 	if !t.stopPool(ctx) {
-		return errors.New("executor: a pooled instance of " + t.ID() + " was still initialising 30 s after the tool closed; its runtime is left open")
+		return errors.New("executor: a pooled instance of " + t.id + " was still initialising 30 s after the tool closed; its runtime is left open")
 	}
 	for _, in := range t.idle.drain() {
 		_ = in.mod.Close(ctx)
@@ -180,8 +181,8 @@ func (t *reactorHandler) instantiate(ctx context.Context, env map[string]string,
 }
 
 func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[string]string) *runOutcome {
-	stdout := newLineForwarder(t.exec.cfg.guestStdout, t.ID(), "stdout")
-	stderr := newLineForwarder(t.exec.cfg.guestStderr, t.ID(), "stderr")
+	stdout := newLineForwarder(t.cfg.guestStdout, t.id, "stdout")
+	stderr := newLineForwarder(t.cfg.guestStderr, t.id, "stderr")
 	key := t.warmKey(env, inv) // posture none reuses an instance only for the same needs
 	in := t.takeInstance(key)
 	if in == nil {
@@ -213,7 +214,7 @@ func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[strin
 	var rc uint32
 	cpu, err, cause := t.guard(ctx, func(gctx context.Context, _ context.CancelCauseFunc) error {
 		in.sleep.ctx.Store(&gctx)
-		cctx, done := in.meter.begin(gctx, t.exec.cfg.fuelBudget)
+		cctx, done := in.meter.begin(gctx, t.cfg.fuelBudget)
 		defer done()
 		cctx = fuel.WithTableAccount(context.WithValue(cctx, invocationKey{}, inv), in.tables)
 		in.sleep.ctx.Store(&cctx)

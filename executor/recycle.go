@@ -42,7 +42,7 @@ type snapshot struct {
 // it.
 func (t *reactorHandler) recyclable() bool {
 	return t.metered && t.verdict.Resettable && t.poolable() && t.posture == manifest.PostureContextIsolated &&
-		!t.exec.cfg.deterministic && t.exec.cfg.recycle
+		!t.cfg.deterministic && t.cfg.recycle
 }
 
 // bind finds the exports a reset needs in mod, or returns nil when the pass
@@ -257,22 +257,6 @@ func (in *instance) load(st *state, globals []api.MutableGlobal, zeroed bool) bo
 // heldBytes is what an idle pooled instance holds against the pool budget:
 // its linear memory, its tables and its snapshot.
 func (in *instance) heldBytes() int64 { return in.acct.Linear() + in.tables.bytes() + in.snap.size() }
-
-// RecycledCalls returns how many calls of t were served by a recycled
-// instance (0 for a tool that does not recycle).
-func (t *Tool) RecycledCalls() int64 {
-	if r, ok := t.h.(interface{ recycledCalls() int64 }); ok {
-		return r.recycledCalls()
-	}
-	return 0
-}
-
-func (t *reactorHandler) recycledCalls() int64 {
-	if p := t.pool; p != nil {
-		return p.recycled.Load()
-	}
-	return 0
-}
 
 // memoryOf returns mod's memory, or nil for a module without one (wazero's
 // Module.Memory returns a typed nil pointer then: an Extism plug-in needs

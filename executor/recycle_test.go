@@ -42,7 +42,7 @@ func TestRecycledInstancesAreFresh(t *testing.T) {
 			}
 		}
 	}
-	if n := tool.RecycledCalls(); n < 10 {
+	if n := tool.Stats().RecycledCalls; n < 10 {
 		t.Fatalf("only %d of %d calls were served by a recycled instance", n, 5*len(calls))
 	}
 }
@@ -57,7 +57,7 @@ func TestRecycledGoGuest(t *testing.T) {
 			t.Fatalf("call %d: %s, %v", i, res.Output, err)
 		}
 	}
-	if tool.RecycledCalls() == 0 {
+	if tool.Stats().RecycledCalls == 0 {
 		t.Fatal("the Go guest was never recycled")
 	}
 }
@@ -82,7 +82,7 @@ func TestNoRecycling(t *testing.T) {
 					t.Fatalf("call %d: %v", i, err)
 				}
 			}
-			if n := tool.RecycledCalls(); n != 0 {
+			if n := tool.Stats().RecycledCalls; n != 0 {
 				t.Fatalf("%d calls were served by a recycled instance", n)
 			}
 		})

@@ -56,7 +56,7 @@ func TestF02DirtyExportRecycle(t *testing.T) {
 				t.Fatalf("pool %d call %d (%s): %s — the instance carried state from an earlier call", size, i, c.tenant, res.Output)
 			}
 		}
-		if n := tool.RecycledCalls(); n != 0 {
+		if n := tool.Stats().RecycledCalls; n != 0 {
 			t.Fatalf("pool %d: %d calls were served by a recycled instance of a non-resettable module", size, n)
 		}
 	}
@@ -247,7 +247,7 @@ func TestCrossTenantMatrix(t *testing.T) {
 						}
 					}
 					t.Logf("fresh answers: %s", fresh[tenants[1].id])
-					if n := tool.RecycledCalls(); n > 0 {
+					if n := tool.Stats().RecycledCalls; n > 0 {
 						t.Logf("%d calls served by recycled instances", n)
 					}
 				})

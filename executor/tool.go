@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"math"
-	"sync/atomic"
 	"time"
 
 	"github.com/sandboxd/sandboxd/egress"
@@ -18,25 +17,21 @@ import (
 // ABI reactor, a WASI command or a declarative HTTP request; everything
 // else here is the same for every kind.
 type Tool struct {
-	exec     *Executor
-	m        *manifest.Tool
-	posture  manifest.Posture
-	limits   toolLimits
-	memLimit int64 // bytes
-	needs    *needs
-	digest   string
-	source   string
+	*toolEnv // what its handler may use of it as well
+
+	exec   *Executor
+	m      *manifest.Tool
+	digest string
+	source string
 
 	// secretNames are the secrets a call may hand this tool and its egress
 	// may substitute: needsSpec.secrets, plus a declarative HTTP tool's
 	// spec.authorization secretRef.
 	secretNames map[string]bool
-	policy      *egress.Policy // the network policy, compiled at load
-	entry       string         // the export a modulePath #NAME suffix names, "" for none
+	entry       string // the export a modulePath #NAME suffix names, "" for none
 
-	h      handler
-	closed atomic.Bool
-	calls  callGate // Close waits for running calls
+	h     handler
+	calls callGate // Close waits for running calls
 }
 
 // ID returns the tool id.

@@ -28,7 +28,7 @@ var errOutputCap = errors.New("output over memory budget")
 // guard runs fn on a locked OS thread under the CPU watchdog and a context
 // that is cancelled (with a cause) when the budget is spent. fn gets the
 // guarded context and its cancel function.
-func (t *Tool) guard(ctx context.Context, fn func(ctx context.Context, cancel context.CancelCauseFunc) error) (cpu time.Duration, err error, cause error) {
+func (t *toolEnv) guard(ctx context.Context, fn func(ctx context.Context, cancel context.CancelCauseFunc) error) (cpu time.Duration, err error, cause error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	budget := time.Duration(t.limits.cpuMs) * time.Millisecond
@@ -78,10 +78,10 @@ func (s *sleeper) sleep(ns int64) {
 	}
 }
 
-func (t *Tool) moduleConfig(env map[string]string, sl *sleeper) wazero.ModuleConfig {
+func (t *toolEnv) moduleConfig(env map[string]string, sl *sleeper) wazero.ModuleConfig {
 	mc := wazero.NewModuleConfig().
 		WithName("").
-		WithArgs(t.ID()).
+		WithArgs(t.id).
 		WithSysWalltime().
 		WithSysNanotime().
 		WithNanosleep(sl.sleep).
@@ -90,11 +90,11 @@ func (t *Tool) moduleConfig(env map[string]string, sl *sleeper) wazero.ModuleCon
 	for k, v := range env {
 		mc = mc.WithEnv(k, v)
 	}
-	return t.exec.deterministicModuleConfig(mc, sl)
+	return t.cfg.deterministicModuleConfig(mc, sl)
 }
 
 // handlerFailure maps a non-zero return from handle.
-func (t *Tool) handlerFailure(inv *invocation, acct *limits.Account, rc int32) error {
+func (t *toolEnv) handlerFailure(inv *invocation, acct *limits.Account, rc int32) error {
 	if r := acct.Refused(); r > 0 {
 		return t.memExceeded(r, fmt.Sprintf("handler failed (returned %d) after its memory use reached the memMB cap", rc))
 	}
@@ -127,12 +127,12 @@ func (inv *invocation) declaredFailure(fallback string) *toolerr.Error {
 	return e
 }
 
-func (t *Tool) memExceeded(refused int64, msg string) error {
+func (t *toolEnv) memExceeded(refused int64, msg string) error {
 	return toolerr.Limits(&toolerr.LimitsError{Limit: toolerr.LimitMemMB, Declared: t.limits.memMB, Observed: ceilMB(refused)}, msg)
 }
 
 // classify maps an error from running guest code to a native error.
-func (t *Tool) classify(ctx context.Context, inv *invocation, err, cause error, acct *limits.Account, cpu time.Duration, stderrTail, entry string) error {
+func (t *toolEnv) classify(ctx context.Context, inv *invocation, err, cause error, acct *limits.Account, cpu time.Duration, stderrTail, entry string) error {
 	if errors.Is(cause, errCPUExceeded) {
 		return toolerr.Limits(&toolerr.LimitsError{Limit: toolerr.LimitCPUMs, Declared: t.limits.cpuMs, Observed: cpu.Milliseconds()},
 			fmt.Sprintf("the guest used %d ms of CPU time, over its cpuMs limit of %d", cpu.Milliseconds(), t.limits.cpuMs))

@@ -569,12 +569,13 @@ func (s *Server) handleMetrics(w http.ResponseWriter, _ *http.Request) {
 	g.poolReady, g.poolCap, g.poolRecycled, g.imageInstances = map[string]int{}, map[string]int{}, map[string]int64{}, map[string]int64{}
 	for id, e := range c.tools {
 		g.toolInflight[id] = s.adm.toolInflight(&e.slots)
-		if n := e.tool.ImageInstances(); n > 0 {
-			g.imageInstances[id] = n
+		st := e.tool.Stats()
+		if st.ImageInstances > 0 {
+			g.imageInstances[id] = st.ImageInstances
 		}
-		if ready, capacity := e.tool.PoolStats(); capacity > 0 {
-			g.poolReady[id], g.poolCap[id] = ready, capacity
-			g.poolRecycled[id] = e.tool.RecycledCalls()
+		if st.PoolTarget > 0 {
+			g.poolReady[id], g.poolCap[id] = st.PoolReady, st.PoolTarget
+			g.poolRecycled[id] = st.RecycledCalls
 		}
 	}
 	c.release()
