@@ -12,7 +12,7 @@ import (
 	"github.com/sandboxd/sandboxd/toolerr"
 )
 
-// Load rewrites a metered module's data segments (handler.go dataSegments:
+// Load rewrites a metered module's data segments (dataSegments:
 // merged and passive behind an init export for a reactor, merged for a
 // command). Guests whose answers are built from their data segments still
 // answer correctly, on fresh, recycled and reused instances. Without the

@@ -71,7 +71,7 @@ func TestPoolBudget(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	// Each instance holds its page of linear memory; the copy it is reset
-	// from (recycling, recycle.go) keeps only non-zero chunks, and this
+	// from (recycling, instance.reset) keeps only non-zero chunks, and this
 	// guest's memory is all zero after initialisation.
 	if ready, _ := poolStats(tool2); ready != 2 || e2.PooledBytes() != 2*65536 {
 		t.Fatalf("default pool: ready %d, pooled bytes %d (want 2 instances of 1 page)", ready, e2.PooledBytes())
