@@ -424,7 +424,7 @@ func (abiExtism) instantiateHost(ctx context.Context, r wazero.Runtime, t *Tool)
 	def("config_get", func(ctx context.Context, s []uint64) {
 		inv, k := extismCall(ctx, "config_get")
 		key := string(readBlock(k, s[0], maxConfigKey))
-		v, errno, _ := t.config(inv, key) // needs.go: declared names with a value
+		v, errno, _ := t.config(inv, key) // declared names with a value (needs)
 		if errno != 0 {
 			s[0] = 0
 			return
@@ -494,7 +494,7 @@ func (abiExtism) instantiateHost(ctx context.Context, r wazero.Runtime, t *Tool)
 			inv, k := extismCall(ctx, name)
 			msg := k.BlockBytes(s[0], maxLogLine) // a longer message is cut, as ABI v1's log does (charged)
 			k.Free(s[0])
-			if admitLog(ctx, inv, len(msg)) { // writers.go: the call's log caps
+			if admitLog(ctx, inv, len(msg)) { // the call's log caps
 				t.exec.emitLog(LogRecord{ToolID: t.ID(), Level: level, Msg: sanitizeLine(msg)})
 			}
 		})
@@ -590,7 +590,7 @@ func (inv *invocation) extismHTTP(ctx context.Context, k *extismKernel, reqH, bo
 	}
 	defer resp.Close()
 	mr := &meteredReader{ctx: ctx, r: resp}
-	data, err := readCharged(mr, inv.acct, -1) // httptool.go: charged to memMB as it grows
+	data, err := readCharged(mr, inv.acct, -1) // charged to memMB as it grows
 	if mr.stop != nil {
 		panic(mr.stop) // interrupted or spent while reading
 	}

@@ -699,7 +699,7 @@ func TestExtismRecycledInstanceHasNoVars(t *testing.T) {
 	wasm := buildExtismGo(t)
 	e := newExecutor(t)
 	tool := mustLoadExtism(t, e, wasm, "count_vowels", "context-isolated", nil)
-	for i := 0; i < 200 && tool.RecycledCalls() < 3; i++ {
+	for i := 0; i < 200 && tool.Stats().RecycledCalls < 3; i++ {
 		res, err := callExtism(t, tool, "aaa", executor.CallContext{})
 		if err != nil {
 			t.Fatal(err)
@@ -709,7 +709,7 @@ func TestExtismRecycledInstanceHasNoVars(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond) // let the refill goroutine recycle
 	}
-	if n := tool.RecycledCalls(); n < 3 {
+	if n := tool.Stats().RecycledCalls; n < 3 {
 		t.Fatalf("only %d calls were served by a recycled instance", n)
 	}
 }

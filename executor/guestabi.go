@@ -15,7 +15,7 @@ import (
 // guestABI is one host↔guest ABI a module may speak: the import modules it
 // owns, how its host module is built, how a module's shape (entry, style) is
 // recognised, and how a finished call's result is read. ABI v1
-// (sandboxd_v1, abiv1.go) is the first implementation.
+// (sandboxd_v1, abiV1) is the first implementation.
 type guestABI interface {
 	// name is the ABI's host module name, for messages.
 	name() string

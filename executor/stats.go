@@ -24,13 +24,6 @@ type Stats struct {
 // Stats reports t's instance counters.
 func (t *Tool) Stats() Stats { return t.h.stats() }
 
-// RecycledCalls returns how many calls of t were served by a recycled
-// instance (0 for a tool that does not recycle).
-//
-// Deprecated: use Stats().RecycledCalls. Kept until the Extism tests read
-// Stats.
-func (t *Tool) RecycledCalls() int64 { return t.Stats().RecycledCalls }
-
 func (t *reactorHandler) stats() Stats {
 	s := Stats{Metered: t.metered, ImageInstances: t.cloned.Load()}
 	if p := t.pool; p != nil {
