@@ -586,6 +586,9 @@ func (r *runner) checkTool(ctx context.Context, name string, pt packTool, caseFi
 		add("manifest", StatusPass, "", "guardrail %s (%s, %s): its check is a tool taking {config, trace} and returning a CheckResult", c.Guardrail, c.Kind, pt.file)
 	} else {
 		add("manifest", StatusPass, "", "%s is valid against the Kindgi tool schema 1.1.0", pt.file)
+		if why := MCPRefusal(m.ID, m.Input); why != "" {
+			add("mcp", StatusWarn, "", "%s: sandboxd mcp refuses to boot with this tool (serve and conformance accept it)", why)
+		}
 	}
 
 	// schemas

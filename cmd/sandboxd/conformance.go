@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/sandboxd/sandboxd/conformance"
@@ -25,8 +26,8 @@ func cmdConformance(ctx context.Context, args []string, _ io.Reader, stdout, std
 		junit         = fs.String("junit", "", "write a JUnit XML report to this file")
 		jsonOut       = fs.String("json", "", "write a JSON report to this file (- for stdout instead of the summary)")
 		deploy        = fs.Bool("deploy", false, "treat the pack as meant for deploy: filesystem refs fail (sandboxd's pack.json \"deploy\": true does the same; a Kindgi pack.json has no such field)")
-		index         = fs.String("index", "", "check a Kindgi pack index (index.json, needs --module-root; or oci://REF, an image carrying one) instead of PACK: its tools and guardrail checks")
-		moduleRoot    = fs.String("module-root", "", "directory the index's modulePath and checkModulePath resolve under (with oci://: a path inside the image, default dist/ or the pack directory)")
+		index         = fs.String("index", "", "check a Kindgi pack index (index.json, its modules under --module-root; or oci://REF, an image carrying one) instead of PACK: its tools and guardrail checks")
+		moduleRoot    = fs.String("module-root", "", "directory the index's modulePath and checkModulePath resolve under (default: the index's directory; with oci://: a path inside the image, default dist/ or the pack directory)")
 		bundleMap     = fs.String("bundle-map", "", "JSON file mapping the index's source paths to files under --module-root (optionally FILE#export; with oci://: a path inside the image, default bundle-map.json when present)")
 		envelope      = fs.String("envelope", "", "verify this kindgi-deploy-envelope/v1 file against the index and the image it names (needs --index and --trusted-keys)")
 		trustedKeys   = fs.String("trusted-keys", "", "JSON file of trusted signing keys: {\"keys\":[{\"keyId\",\"publicKey\"}]}")
@@ -46,7 +47,7 @@ func cmdConformance(ctx context.Context, args []string, _ io.Reader, stdout, std
 	ociOpts.register(fs, false)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sandboxd conformance PACK [flags]\n"+
-			"       sandboxd conformance --index index.json --module-root DIR [--bundle-map FILE] [flags]\n"+
+			"       sandboxd conformance --index index.json [--module-root DIR] [--bundle-map FILE] [flags]\n"+
 			"       sandboxd conformance --index oci://REF [--module-root DIR] [--bundle-map FILE] [flags]\n\n"+
 			"PACK is a directory — with a Kindgi pack.json (tools and guardrails it lists), or\n"+
 			"tool manifests (tool.json, *.tool.json, */tool.json) — and case files\n"+
@@ -76,8 +77,11 @@ func cmdConformance(ctx context.Context, args []string, _ io.Reader, stdout, std
 		source = pos[0]
 	}
 	ociIndex := strings.HasPrefix(*index, conformance.OCIPrefix)
-	if !ociIndex && (*index == "") != (*moduleRoot == "") {
-		return usage("--index and --module-root go together")
+	if *index == "" && *moduleRoot != "" {
+		return usage("--module-root is where an index's modulePaths resolve: it needs --index")
+	}
+	if !ociIndex && *index != "" && *moduleRoot == "" {
+		*moduleRoot = filepath.Dir(*index)
 	}
 	if *bundleMap != "" && *index == "" {
 		return usage("--bundle-map maps an index's modulePaths: it needs --index")

@@ -75,7 +75,7 @@ func TestConformanceUsageExit2(t *testing.T) {
 		{"conformance", "oci://127.0.0.1:5000/acme/pack:1"}, // no --cases
 		{"conformance", "./no-such-pack"},
 		{"conformance", "../../examples/pack", "--index", "x.json", "--module-root", "."}, // --index replaces PACK
-		{"conformance", "--index", "x.json"},                                              // no --module-root
+		{"conformance", "../../examples/pack", "--module-root", "."},                      // --module-root without --index
 		{"conformance", "../../examples/pack", "--bundle-map", "m.json"},
 		{"conformance", "--index", "x.json", "--module-root", ".", "--envelope", "e.json"}, // no --trusted-keys
 		{"conformance", "../../examples/pack", "--trusted-keys", "k.json"},

@@ -55,16 +55,30 @@ func cmdPushPack(ctx context.Context, args []string, _ io.Reader, stdout, stderr
 		}
 		files = append(files, artifact.PackFile{Title: "bundle-map.json", Data: b})
 	}
-	p, problems := src.Read()
-	if len(problems) > 0 {
-		for _, pr := range problems {
-			fmt.Fprintf(stderr, "sandboxd push-pack: %s\n", pr)
-		}
-		return exitError
-	}
 	ix, err := artifact.ReadRegular(*index, pack.MaxFileBytes)
 	if err != nil {
 		return c.fail(err)
+	}
+	// Every problem at once: the schema's (what conformance --index
+	// checks), then reading every module as serve does.
+	var lines []string
+	schemaLines, err := pack.ValidateIndex(ix)
+	if err != nil {
+		return c.fail(err)
+	}
+	for _, l := range schemaLines {
+		lines = append(lines, "not valid against pack-index.schema.json 1.4.0: "+l)
+	}
+	p, problems := src.Read()
+	for _, pr := range problems {
+		lines = append(lines, pr.String())
+	}
+	if len(lines) > 0 {
+		for _, l := range lines {
+			fmt.Fprintf(stderr, "sandboxd push-pack: %s\n", l)
+		}
+		fmt.Fprintf(stderr, "sandboxd push-pack: %d problem(s); nothing pushed (sandboxd index --tools DIR writes a valid index)\n", len(lines))
+		return exitError
 	}
 	files = append(files, artifact.PackFile{Title: "index.json", Data: ix})
 	reserved := map[string]bool{"index.json": true, "bundle-map.json": true}
