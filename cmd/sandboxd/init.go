@@ -53,6 +53,7 @@ var mcpToolName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
 // initData is what the templates see.
 type initData struct {
 	ID, Name, Module, Lang, Kind string
+	Dir                          string // DIR, absolute
 	GoModule, GoVersion          string
 	SDKVersion, SDKReplace       string
 	SDKReplaceWhy                string
@@ -113,7 +114,11 @@ func cmdInit(_ context.Context, args []string, _ io.Reader, stdout, stderr io.Wr
 	if err := checkEmptyDir(dir); err != nil {
 		return usage("%v", err)
 	}
-	d := initData{ID: toolID, Name: path.Base(strings.ReplaceAll(toolID, ".", "/")), Module: "handler.wasm",
+	absDir, err := filepath.Abs(dir)
+	if err != nil {
+		return usage("%v", err)
+	}
+	d := initData{ID: toolID, Dir: filepath.ToSlash(absDir), Name: path.Base(strings.ReplaceAll(toolID, ".", "/")), Module: "handler.wasm",
 		Lang: *lang, Kind: *kind, GoModule: "example.com/" + toolID, NPMName: npmName(toolID)}
 	if *lang == "go" {
 		if err := d.sdkRequirement(*sdk); err != nil {
