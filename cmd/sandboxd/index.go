@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandboxd/sandboxd/executor"
 	"github.com/sandboxd/sandboxd/manifest"
 	"github.com/sandboxd/sandboxd/pack"
 	"github.com/sandboxd/sandboxd/toolerr"
@@ -189,7 +188,7 @@ func indexEntry(t pack.Tool, absRoot string) (tool, guardrail map[string]any, er
 	if ref.Kind != "filesystem" {
 		return nil, nil, fmt.Errorf("codeArtifactRef kind %q: a pack index names module files; pull the module (sandboxd pull REF -o FILE) and point a filesystem ref at it", ref.Kind)
 	}
-	file, export := executor.SplitModulePath(ref.ModulePath)
+	file, export := manifest.SplitModulePath(ref.ModulePath)
 	abs := file
 	if !filepath.IsAbs(abs) {
 		abs = filepath.Join(t.BaseDir, filepath.FromSlash(file))
