@@ -458,6 +458,7 @@ func goLoopInterruption(t *testing.T, r *report) {
 	r.p("| close-on-context-done / unlimited | %s |", ratio(res[2].p50, res[0].p50))
 	r.p("")
 	headline.interruptGo = ratio(res[1].p50, res[0].p50)
+	goLoopShapes(t, r)
 }
 
 // loopTable times the cases interleaved (6 rounds of slice each, at most
