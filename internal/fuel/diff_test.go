@@ -90,7 +90,10 @@ func fixtures(t testing.TB, pattern string) []string {
 // loops (the interrupt-latency and liveness guests, the output flood) whose
 // differential runs take seconds: -short skips them.
 func longLoop(name string) bool {
-	return strings.HasPrefix(name, "lat_") || strings.HasPrefix(name, "live_") || name == "huge_output_command.wasm"
+	// g04_extism_kernel loops reset and a 900 MB alloc until stopped: its
+	// host calls are slow per unit of fuel (seconds for 8 Slices, over the
+	// backstop under -race).
+	return strings.HasPrefix(name, "lat_") || strings.HasPrefix(name, "live_") || name == "huge_output_command.wasm" || name == "g04_extism_kernel.wasm"
 }
 
 // TestDifferentialFixtures runs every module in testdata/wasm both ways.
