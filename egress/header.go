@@ -29,6 +29,10 @@ var credentialHeaders = []string{"Authorization", "Cookie", "Proxy-Authorization
 // values, no hop-by-hop or framing headers. It returns the header and the
 // names whose values hold secret placeholders (never one in literal, nor
 // one a literal entry of the same canonical name overwrote).
+// traceHeaders are the W3C trace-context headers: a handler's are dropped,
+// and the session sets traceparent itself when Options.Trace gives one.
+var traceHeaders = map[string]bool{"traceparent": true, "tracestate": true}
+
 func (s *Session) buildHeader(in map[string]string, literal map[string]bool) (http.Header, map[string]bool, error) {
 	h := make(http.Header, len(in))
 	var secretNames map[string]bool
@@ -44,6 +48,9 @@ func (s *Session) buildHeader(in map[string]string, literal map[string]bool) (ht
 			return nil, nil, newErr(ReasonInvalid, "invalid header name %q", truncate(k, 64))
 		}
 		lk := strings.ToLower(k)
+		if traceHeaders[lk] {
+			continue // the host's own (Options.Trace): a guest never sets a call's trace context
+		}
 		if refusedHeaders[lk] || strings.HasPrefix(lk, "proxy-") {
 			return nil, nil, newErr(ReasonInvalid, "header %q is set by the host, not the handler", k)
 		}

@@ -104,6 +104,13 @@ type Options struct {
 	// entries matches (besides the policy admitting it); a secret not
 	// named goes to any destination the allowlist admits.
 	SecretDestinations SecretDestinations
+	// Trace, when set, is called for each hop the policy admitted just
+	// before it is sent, with its method and destination. It returns the
+	// traceparent the hop carries ("" for none; a handler's own
+	// traceparent and tracestate are always dropped) and a function called
+	// once with the hop's status (0 when it failed) and error when its
+	// answer's headers are in. Tracing (server's OpenTelemetry spans) sets it.
+	Trace func(method string, dest Origin) (traceparent string, done func(status int, err error))
 }
 
 // SecretDestinations maps a secret name to the destinations it may be sent

@@ -259,15 +259,28 @@ func (s *Session) Do(ctx context.Context, r *Request) (*Response, error) {
 				return fail(err)
 			}
 		}
+		var traced func(int, error)
+		if s.opts.Trace != nil {
+			var tp string
+			if tp, traced = s.opts.Trace(method, origin); tp != "" {
+				req.Header.Set("Traceparent", tp)
+			}
+		}
 		resp, err := s.transport.RoundTrip(req)
 		if err != nil {
 			e := s.mapErr(rctx, ctx, err, origin)
+			if traced != nil {
+				traced(0, e)
+			}
 			s.update(idx, func(a *Attempt) {
 				if a.Reason == "" {
 					a.Reason = e.Msg
 				}
 			})
 			return fail(e)
+		}
+		if traced != nil {
+			traced(resp.StatusCode, nil)
 		}
 		s.update(idx, func(a *Attempt) { a.Status, a.Allowed = resp.StatusCode, true })
 		if enc := resp.Header.Get("Content-Encoding"); len(secretNames) > 0 && enc != "" && !strings.EqualFold(enc, "identity") {

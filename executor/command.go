@@ -70,7 +70,7 @@ func (t *commandHandler) run(ctx context.Context, inv *invocation, env map[strin
 		return err
 	})
 	stderr.Flush()
-	out := &runOutcome{cpu: cpu, peak: acct.Peak(), fuel: meter.used()}
+	out := &runOutcome{cpu: cpu, peak: acct.Peak(), fuel: meter.used(), acquired: AcquiredInstantiated}
 	if err != nil {
 		if meter.ranOut() && cause == nil {
 			out.err = t.fuelExceeded(out.fuel)

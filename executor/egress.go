@@ -74,7 +74,17 @@ func (t *toolEnv) egressOptions(inv *invocation) egress.Options {
 		// Substituted values are redacted from responses and errors by the
 		// session; bound secrets go only to their destinations.
 		SecretDestinations: ec.secretDests,
+		Trace:              inv.egressTrace(),
 	}
+}
+
+// egressTrace is the session's per-hop trace hook: the call's Tracer's
+// Egress, or nil without one.
+func (inv *invocation) egressTrace() func(string, egress.Origin) (string, func(int, error)) {
+	if inv.trace == nil {
+		return nil
+	}
+	return inv.trace.Egress
 }
 
 // secretValue returns a declared secret: from the call context first, then

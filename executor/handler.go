@@ -202,9 +202,10 @@ func dataSegments(ga guestABI, bin []byte) ([]byte, string) {
 
 // runOutcome is what running a guest produced.
 type runOutcome struct {
-	output []byte
-	cpu    time.Duration
-	peak   int64
-	fuel   int64
-	err    error
+	output   []byte
+	cpu      time.Duration
+	peak     int64
+	fuel     int64
+	err      error
+	acquired Acquisition // how the call got its instance (trace.go)
 }

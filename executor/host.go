@@ -72,6 +72,7 @@ type invocation struct {
 	acct    *limits.Account
 	secrets map[string]string
 	config  map[string][]byte
+	trace   Tracer // the call's tracer (trace.go); nil when none
 
 	mu        sync.Mutex
 	context   []byte // the context document, once contextDoc made it

@@ -102,15 +102,25 @@ type instance struct {
 // its code (reactorHandler.clone). Its output goes to stdout/stderr until the instance
 // is switched to a call.
 func (t *reactorHandler) newInstance(ctx context.Context, env map[string]string, stdout, stderr *lineForwarder) (*instance, error) {
+	in, _, err := t.newCallInstance(ctx, env, stdout, stderr)
+	return in, err
+}
+
+// newCallInstance is newInstance on a call's path: it also says whether
+// the instance was loaded from the image or made in full.
+func (t *reactorHandler) newCallInstance(ctx context.Context, env map[string]string, stdout, stderr *lineForwarder) (*instance, Acquisition, error) {
 	var img *state
 	if len(env) == 0 && t.imageable() {
 		img = t.image.Load()
 	}
-	in, err := t.instantiate(ctx, env, img, stdout, stderr)
-	if img != nil && errors.Is(err, errClone) {
-		in, err = t.instantiate(ctx, env, nil, stdout, stderr)
+	if img != nil {
+		in, err := t.instantiate(ctx, env, img, stdout, stderr)
+		if !errors.Is(err, errClone) {
+			return in, AcquiredImage, err
+		}
 	}
-	return in, err
+	in, err := t.instantiate(ctx, env, nil, stdout, stderr)
+	return in, AcquiredInstantiated, err
 }
 
 // instantiate makes one instance: from img, or in full when img is nil.
@@ -184,13 +194,25 @@ func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[strin
 	stdout := newLineForwarder(t.cfg.guestStdout, t.id, "stdout")
 	stderr := newLineForwarder(t.cfg.guestStderr, t.id, "stderr")
 	key := t.warmKey(env, inv) // posture none reuses an instance only for the same needs
+	inv.stageStart(StageAcquire)
 	in := t.takeInstance(key)
-	if in == nil {
+	var acquired Acquisition
+	switch {
+	case in == nil:
 		var err error
-		if in, err = t.newInstance(ctx, env, stdout, stderr); err != nil {
-			return &runOutcome{err: err}
+		if in, acquired, err = t.newCallInstance(ctx, env, stdout, stderr); err != nil {
+			inv.stageEnd(StageAcquire, string(AcquiredInstantiated), err)
+			return &runOutcome{err: err, acquired: AcquiredInstantiated}
 		}
-	} else if in.wake {
+	case t.pool == nil:
+		acquired = AcquiredWarm
+	case in.recycled > 0:
+		acquired = AcquiredRecycled
+	default:
+		acquired = AcquiredPooled
+	}
+	inv.stageEnd(StageAcquire, string(acquired), nil)
+	if in.wake {
 		in.wake = false
 		defer t.wakeRefill() // once the call is over
 	}
@@ -212,6 +234,7 @@ func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[strin
 		return &runOutcome{err: err}
 	}
 	var rc uint32
+	inv.stageStart(StageGuest)
 	cpu, err, cause := t.guard(ctx, func(gctx context.Context, _ context.CancelCauseFunc) error {
 		in.sleep.ctx.Store(&gctx)
 		cctx, done := in.meter.begin(gctx, t.cfg.fuelBudget)
@@ -232,7 +255,7 @@ func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[strin
 	in.stderr.Switch(nil)
 	stdout.Flush()
 	stderr.Flush()
-	out := &runOutcome{cpu: cpu, peak: in.acct.Peak(), fuel: in.meter.used()}
+	out := &runOutcome{cpu: cpu, peak: in.acct.Peak(), fuel: in.meter.used(), acquired: acquired}
 	reusable := false
 	switch {
 	case err != nil && in.meter.ranOut() && cause == nil:
@@ -242,6 +265,7 @@ func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[strin
 	default:
 		out.output, reusable, out.err = t.abi.result(t, inv, in.acct, rc) // the guest ABI reads its output or failure
 	}
+	inv.stageEnd(StageGuest, "", out.err)
 	reusable = reusable && !in.mod.IsClosed()
 	in.reusable = reusable
 	if t.recycleInline(in) {

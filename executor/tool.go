@@ -111,6 +111,9 @@ type Request struct {
 	Input []byte
 	// Context is the call context.
 	Context CallContext
+	// Tracer, when set, is told about the call's stages and egress
+	// requests (trace.go); nil costs nothing.
+	Tracer Tracer
 
 	validated json.RawMessage // set once the input validated
 }
@@ -135,6 +138,9 @@ type Result struct {
 	// denied (rule, host, reason, bytes); nil when it made none. It never
 	// holds query strings, header values or secrets.
 	Egress []egress.Attempt
+	// Acquired is how the call got its instance ("" when it ran on none:
+	// a declarative HTTP tool).
+	Acquired Acquisition
 }
 
 // Invoke runs one call: it validates the input (filling defaults), runs the
@@ -197,7 +203,14 @@ func (t *Tool) invoke(ctx context.Context, req *Request, observed *CallContext) 
 		return nil, toolerr.As(err)
 	}
 	// Validation is metered like guest work (validate.go; G01).
+	tr := req.Tracer
+	if tr != nil {
+		tr.StageStart(StageInputValidation)
+	}
 	input, vcpu, err := t.validateInput(c, req.Input)
+	if tr != nil {
+		tr.StageEnd(StageInputValidation, "", err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -212,17 +225,32 @@ func (t *Tool) invoke(ctx context.Context, req *Request, observed *CallContext) 
 	vcpu += ncpu
 	// The context document is made when the guest first reads it
 	// (invocation.contextDoc): most calls never do.
-	inv := &invocation{tool: t, input: input, cc: req.Context, env: env, config: cfgValues, secrets: t.declaredSecrets(req.Context.Secrets)}
+	inv := &invocation{tool: t, input: input, cc: req.Context, env: env, config: cfgValues, secrets: t.declaredSecrets(req.Context.Secrets), trace: tr}
 	if err := inv.checkSecrets(); err != nil { // before any guest starts
 		return nil, err
 	}
+	// A reactor reports its instance acquisition and guest run itself
+	// (reactor.go); for the other kinds the guest stage is the whole run.
+	_, staged := t.h.(*reactorHandler)
+	if !staged {
+		inv.stageStart(StageGuest)
+	}
 	out := t.h.run(c, inv, env)
-	res := &Result{Usage: Usage{CPUMs: cpuMs(out.cpu + vcpu), PeakMemMB: round2(float64(out.peak) / limits.MiB), Fuel: out.fuel}}
+	if !staged {
+		inv.stageEnd(StageGuest, "", out.err)
+	}
+	res := &Result{Usage: Usage{CPUMs: cpuMs(out.cpu + vcpu), PeakMemMB: round2(float64(out.peak) / limits.MiB), Fuel: out.fuel}, Acquired: out.acquired}
 	res.Egress = inv.egressAttempts()
 	if out.err != nil {
 		return res, out.err
 	}
+	if tr != nil {
+		tr.StageStart(StageOutputValidation)
+	}
 	output, ocpu, err := t.validateOutput(c, out.output, max(t.limits.memMB*limits.MiB-out.peak, 1), out.cpu) // the memMB headroom left (F18)
+	if tr != nil {
+		tr.StageEnd(StageOutputValidation, "", err)
+	}
 	res.Usage.CPUMs = cpuMs(out.cpu + vcpu + ocpu)
 	if err != nil {
 		return res, err

@@ -338,6 +338,20 @@ func (a *admission) stats() (inflight, queued, tenants int) {
 	return a.inflight, a.queued, len(a.tenants)
 }
 
+// queueStats returns the tenants in the fair queue's ring and the longest
+// tenant queue (a walk of the ring: at most queueCap entries).
+func (a *admission) queueStats() (waiting, longest int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ring == nil {
+		return 0, 0
+	}
+	for ts, i := a.ring, 0; i < a.ringN; ts, i = ts.next, i+1 {
+		longest = max(longest, len(ts.waiters))
+	}
+	return a.ringN, longest
+}
+
 // toolInflight returns the calls running on tool.
 func (a *admission) toolInflight(tool *toolSlots) int {
 	a.mu.Lock()

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sandboxd/sandboxd/events"
 	"github.com/sandboxd/sandboxd/executor"
 	"github.com/sandboxd/sandboxd/limits"
@@ -216,7 +218,7 @@ func (s *Server) Call(ctx context.Context, c Call) Outcome {
 // whichever is first (the guest's slots are released when it has really
 // stopped). The record and metrics are written before it returns.
 // Call it once per Ticket.
-func (t *Ticket) Call(ctx context.Context, c Call) Outcome {
+func (t *Ticket) Call(ctx context.Context, c Call) (o Outcome) {
 	s := t.s
 	rel := &onceFunc{f: c.Release}
 	release := rel.call
@@ -246,6 +248,12 @@ func (t *Ticket) Call(ctx context.Context, c Call) Outcome {
 	e, ok := entries[c.Tool]
 	if ok {
 		mid = c.Tool
+	}
+	// Tracing (tracing.go): without it, ct stays nil and nothing of it runs.
+	var ct *callTrace
+	if s.tracing != nil {
+		ct = s.tracing.startCall(&c)
+		defer func() { ct.end(&o, e, rec.outcome) }()
 	}
 	out := Outcome{ArtifactVersion: cat.artifactVersion, entry: e}
 	fail := func(te *toolerr.Error, usage *executor.Usage) Outcome {
@@ -277,7 +285,18 @@ func (t *Ticket) Call(ctx context.Context, c Call) Outcome {
 	// refusal means the call provably did not run.
 	ctx, cancel := context.WithDeadline(ctx, c.Deadline)
 	defer cancel()
+	queuedAt := time.Now()
+	var asp trace.Span
+	if ct != nil {
+		asp = ct.admission()
+	}
 	sl, refused, retry, qerr := s.adm.enter(ctx, c.Context.TenantID, &e.slots)
+	if asp != nil {
+		endAdmission(asp, refused, qerr)
+	}
+	if refused == "" && qerr == nil {
+		s.metrics.admitted(mid, time.Since(queuedAt).Seconds())
+	}
 	switch {
 	case refused != "":
 		s.metrics.refuseAdmission(string(refused))
@@ -301,6 +320,10 @@ func (t *Ticket) Call(ctx context.Context, c Call) Outcome {
 	type result struct {
 		res *executor.Result
 		err error
+	}
+	var tracer executor.Tracer
+	if ct != nil {
+		tracer = ct
 	}
 	done := make(chan result, 1)
 	cat.hold() // the guest may outlive this call (answered at the deadline)
@@ -330,7 +353,7 @@ func (t *Ticket) Call(ctx context.Context, c Call) Outcome {
 				s.activeGuests.Add(-1)
 				s.guests.Done()
 			}()
-			r.res, r.err = e.tool.Invoke(ctx, executor.Request{CallID: callID, Input: c.Input, Context: c.Context})
+			r.res, r.err = e.tool.Invoke(ctx, executor.Request{CallID: callID, Input: c.Input, Context: c.Context, Tracer: tracer})
 		}()
 		done <- r
 	})
@@ -356,6 +379,7 @@ func (t *Ticket) Call(ctx context.Context, c Call) Outcome {
 		u := r.res.Usage
 		usage = &u
 		s.metrics.egressAttempts(mid, r.res.Egress)
+		s.metrics.acquired(mid, r.res.Acquired)
 	}
 	if r.err == nil {
 		out.Output, out.Usage = r.res.Output, usage

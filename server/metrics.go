@@ -4,24 +4,34 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/common/expfmt"
+
 	"github.com/sandboxd/sandboxd/egress"
+	"github.com/sandboxd/sandboxd/executor"
 )
 
-// metrics is sandboxd's Prometheus registry, written in the text
-// exposition format (version 0.0.4) by hand: a handful of counters, gauges
-// and histograms does not justify client_golang and its dependency tree.
+// metrics is sandboxd's Prometheus registry. The per-call series are
+// written in the text exposition format (version 0.0.4) here; the standard
+// process_*, go_* and sandboxd_build_info series come from client_golang's
+// collectors and its encoder (std), appended to the same scrape
+// (docs/RATIONALE.md "Metrics": why the per-call series stay here).
 //
-// What every call records (call) touches no lock shared by all calls: a
-// tool's series are found in a sync.Map and updated with atomics; mu
-// guards the rarer refusals and egress counts, and the creation of a
-// tool's or outcome's series.
+// What every call records (call, admitted, acquired) touches no lock shared
+// by all calls: a tool's series are found in a sync.Map and updated with
+// atomics; mu guards the rarer refusals and egress counts, and the
+// creation of a tool's or outcome's series.
 type metrics struct {
 	tools sync.Map // tool -> *toolSeries
+	std   *prometheus.Registry
 
 	mu       sync.Mutex
 	rejected map[string]float64    // reason
@@ -33,10 +43,16 @@ type metrics struct {
 type toolSeries struct {
 	outcomes sync.Map // outcome -> *atomic.Uint64 (invocations)
 	duration *histogram
-	ran      atomic.Bool // a guest ran: cpuMs and peakMem exist
+	ran      atomic.Bool // a guest ran: cpuMs, cpu and peakMem exist
 	cpuMs    atomicFloat
+	cpu      *histogram // seconds per call
 	peakMem  *histogram
+	wait     *histogram // admission wait of admitted calls, seconds
+	acquired [len(acquisitionPaths)]atomic.Uint64
 }
+
+// acquisitionPaths are the label values of sandboxd_instance_acquisitions_total.
+var acquisitionPaths = [...]executor.Acquisition{executor.AcquiredPooled, executor.AcquiredRecycled, executor.AcquiredWarm, executor.AcquiredImage, executor.AcquiredInstantiated}
 
 // atomicFloat is a float64 sum updated without a lock.
 type atomicFloat struct{ bits atomic.Uint64 }
@@ -55,6 +71,13 @@ func (f *atomicFloat) load() float64 { return math.Float64frombits(f.bits.Load()
 // durationBuckets are the latency buckets in seconds.
 var durationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}
 
+// cpuBuckets are the guest CPU-time buckets in seconds.
+var cpuBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+
+// waitBuckets are the admission-wait buckets in seconds (most calls wait
+// for nothing: the first bucket).
+var waitBuckets = []float64{0.0001, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+
 // memBuckets are the peak-memory buckets in MiB.
 var memBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096}
 
@@ -71,6 +94,15 @@ func newHistogram(b []float64) *histogram {
 	return &histogram{bounds: b, counts: make([]atomic.Uint64, len(b)+1)}
 }
 
+// count is the observations so far.
+func (h *histogram) count() uint64 {
+	var n uint64
+	for i := range h.counts {
+		n += h.counts[i].Load()
+	}
+	return n
+}
+
 func (h *histogram) observe(v float64) {
 	i := 0
 	for i < len(h.bounds) && v > h.bounds[i] {
@@ -80,11 +112,40 @@ func (h *histogram) observe(v float64) {
 	h.sum.add(v)
 }
 
-func newMetrics() *metrics {
+func newMetrics(version string) *metrics {
 	return &metrics{
+		std:      standardRegistry(version),
 		rejected: map[string]float64{}, admRef: map[string]float64{},
 		egress: map[[2]string]float64{},
 	}
+}
+
+// standardRegistry holds the series every Prometheus user expects: the Go
+// runtime's (go_*), the process's (process_*: CPU, memory, open fds, start
+// time) and sandboxd_build_info.
+func standardRegistry(version string) *prometheus.Registry {
+	r := prometheus.NewRegistry()
+	revision, goVersion := "unknown", runtime.Version()
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if version == "" {
+			version = bi.Main.Version
+		}
+		for _, st := range bi.Settings {
+			if st.Key == "vcs.revision" {
+				revision = st.Value
+			}
+		}
+	}
+	if version == "" {
+		version = "unknown"
+	}
+	info := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "sandboxd_build_info", Help: "Always 1; the labels say which build is running.",
+		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "goversion": goVersion},
+	})
+	info.Set(1)
+	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), info)
+	return r
 }
 
 // series returns tool's series, creating them on its first call.
@@ -92,7 +153,8 @@ func (m *metrics) series(tool string) *toolSeries {
 	if ts, ok := m.tools.Load(tool); ok {
 		return ts.(*toolSeries)
 	}
-	ts, _ := m.tools.LoadOrStore(tool, &toolSeries{duration: newHistogram(durationBuckets), peakMem: newHistogram(memBuckets)})
+	ts, _ := m.tools.LoadOrStore(tool, &toolSeries{duration: newHistogram(durationBuckets), cpu: newHistogram(cpuBuckets),
+		peakMem: newHistogram(memBuckets), wait: newHistogram(waitBuckets)})
 	return ts.(*toolSeries)
 }
 
@@ -123,8 +185,24 @@ func (m *metrics) call(tool, outcome string, seconds float64, ran bool, cpuMs, p
 	ts.duration.observe(seconds)
 	if ran {
 		ts.cpuMs.add(cpuMs)
+		ts.cpu.observe(cpuMs / 1000)
 		ts.peakMem.observe(peakMB)
 		ts.ran.Store(true)
+	}
+}
+
+// admitted records the admission wait of a call that got its slots.
+func (m *metrics) admitted(tool string, seconds float64) {
+	m.series(tool).wait.observe(seconds)
+}
+
+// acquired counts how a call got its instance ("" : none, not counted).
+func (m *metrics) acquired(tool string, a executor.Acquisition) {
+	for i, p := range acquisitionPaths {
+		if p == a {
+			m.series(tool).acquired[i].Add(1)
+			return
+		}
 	}
 }
 
@@ -147,6 +225,7 @@ func (m *metrics) refuseAdmission(reason string) {
 type gauges struct {
 	inflight, queued, capacity, queueCap int
 	tenants, tenantCap, tenantQueueCap   int
+	tenantsWaiting, longestTenantQueue   int
 	ready, draining                      bool
 	tools                                int
 	toolInflight                         map[string]int
@@ -165,6 +244,8 @@ func (m *metrics) write(w io.Writer, g gauges) {
 	// A snapshot of the per-call series (each read atomically).
 	invocations := map[[2]string]float64{}
 	duration, peakMem := map[string]*histogram{}, map[string]*histogram{}
+	cpu, wait := map[string]*histogram{}, map[string]*histogram{}
+	acquired := map[[2]string]uint64{}
 	cpuMs := map[string]float64{}
 	m.tools.Range(func(k, v any) bool {
 		tool, ts := k.(string), v.(*toolSeries)
@@ -173,8 +254,16 @@ func (m *metrics) write(w io.Writer, g gauges) {
 			return true
 		})
 		duration[tool] = ts.duration
+		if ts.wait.count() > 0 {
+			wait[tool] = ts.wait
+		}
 		if ts.ran.Load() {
-			cpuMs[tool], peakMem[tool] = ts.cpuMs.load(), ts.peakMem
+			cpuMs[tool], peakMem[tool], cpu[tool] = ts.cpuMs.load(), ts.peakMem, ts.cpu
+		}
+		for i, p := range acquisitionPaths {
+			if n := ts.acquired[i].Load(); n > 0 {
+				acquired[[2]string{tool, string(p)}] = n
+			}
 		}
 		return true
 	})
@@ -192,7 +281,24 @@ func (m *metrics) write(w io.Writer, g gauges) {
 	for _, k := range keys {
 		fmt.Fprintf(&b, "sandboxd_invocations_total{tool=%s,outcome=%s} %s\n", label(k[0]), label(k[1]), num(invocations[k]))
 	}
-	writeHists(&b, "sandboxd_invocation_duration_seconds", "Wall time from request to answer, by tool.", duration)
+	writeHists(&b, "sandboxd_call_duration_seconds", "Wall time from request to answer, by tool, in seconds.", duration)
+	writeHists(&b, "sandboxd_invocation_duration_seconds", "Wall time from request to answer, by tool (the same as sandboxd_call_duration_seconds; kept for existing dashboards).", duration)
+	writeHists(&b, "sandboxd_call_cpu_seconds", "Guest CPU time per call, by tool, in seconds (calls whose guest ran).", cpu)
+	writeHists(&b, "sandboxd_admission_wait_seconds", "Time an admitted call waited for its global, tool and tenant slots, by tool, in seconds.", wait)
+	head("sandboxd_instance_acquisitions_total", "counter", "Calls by how they got their instance: pooled (pre-warmed, never used), recycled (reset after an earlier call), warm (posture none, kept from a call with the same needs), image (made on the call's path from the instance image), instantiated (made in full on the call's path).")
+	akeys := make([][2]string, 0, len(acquired))
+	for k := range acquired {
+		akeys = append(akeys, k)
+	}
+	sort.Slice(akeys, func(i, j int) bool {
+		if akeys[i][0] != akeys[j][0] {
+			return akeys[i][0] < akeys[j][0]
+		}
+		return akeys[i][1] < akeys[j][1]
+	})
+	for _, k := range akeys {
+		fmt.Fprintf(&b, "sandboxd_instance_acquisitions_total{tool=%s,path=%s} %d\n", label(k[0]), label(k[1]), acquired[k])
+	}
 	head("sandboxd_guest_cpu_ms_total", "counter", "Guest CPU time consumed, by tool, in milliseconds.")
 	for _, t := range sortedKeys(cpuMs) {
 		fmt.Fprintf(&b, "sandboxd_guest_cpu_ms_total{tool=%s} %s\n", label(t), num(cpuMs[t]))
@@ -229,6 +335,8 @@ func (m *metrics) write(w io.Writer, g gauges) {
 	gauge("sandboxd_concurrency_limit", "The global concurrency cap.", g.capacity)
 	gauge("sandboxd_queue_limit", "The bounded queue's capacity.", g.queueCap)
 	gauge("sandboxd_admission_tenants", "Tenants with calls running or waiting.", g.tenants)
+	gauge("sandboxd_admission_tenants_waiting", "Tenants with calls in the fair queue (its round-robin ring).", g.tenantsWaiting)
+	gauge("sandboxd_admission_tenant_queue_depth_max", "Calls waiting in the longest tenant queue (bounded by sandboxd_tenant_queue_limit).", g.longestTenantQueue)
 	gauge("sandboxd_tenant_concurrency_limit", "Calls one tenant may run at once.", g.tenantCap)
 	gauge("sandboxd_tenant_queue_limit", "Calls one tenant may have waiting.", g.tenantQueueCap)
 	gauge("sandboxd_tools_loaded", "Tools in the serving catalog.", g.tools)
@@ -255,6 +363,20 @@ func (m *metrics) write(w io.Writer, g gauges) {
 		fmt.Fprintf(&b, "sandboxd_image_instances_total{tool=%s} %d\n", label(t), g.imageInstances[t])
 	}
 	_, _ = io.WriteString(w, b.String())
+	m.writeStandard(w)
+}
+
+// writeStandard appends the standard series (client_golang's gatherer and
+// text encoder).
+func (m *metrics) writeStandard(w io.Writer) {
+	mfs, err := m.std.Gather()
+	if err != nil && len(mfs) == 0 {
+		return
+	}
+	enc := expfmt.NewEncoder(w, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range mfs {
+		_ = enc.Encode(mf)
+	}
 }
 
 func writeHists(b *strings.Builder, name, help string, hs map[string]*histogram) {

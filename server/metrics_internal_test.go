@@ -8,7 +8,7 @@ import (
 )
 
 func TestEgressAndPoolMetrics(t *testing.T) {
-	m := newMetrics()
+	m := newMetrics("")
 	m.egressAttempts("acme.fetch", []egress.Attempt{{Allowed: true}, {Allowed: true}, {Allowed: false}})
 	m.egressAttempts("acme.fetch", nil)
 	var b strings.Builder

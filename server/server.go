@@ -119,6 +119,12 @@ type Options struct {
 	EnvCheckWarn bool
 	// Log receives process events (see NewLogger); nil discards them.
 	Log *slog.Logger
+	// Version is the build's version for sandboxd_build_info (""
+	// reads the binary's module version).
+	Version string
+	// Tracing, when set, exports an OpenTelemetry span per call (see
+	// NewTracing); nil: no tracing, and no cost on the call path.
+	Tracing *Tracing
 }
 
 // Server is a pack service. It is an http.Handler; Serve runs it on a
@@ -142,6 +148,7 @@ type Server struct {
 	adm     *admission
 	bodies  byteBudget
 	metrics *metrics
+	tracing *Tracing
 
 	// A call registers (active +1) before it checks draining, a drain sets
 	// draining before it reads active: with sequentially consistent
@@ -229,7 +236,8 @@ func New(ctx context.Context, exec *executor.Executor, src Source, opts Options)
 		tokenSum: sha256.Sum256([]byte(opts.Token)),
 		adm:      newAdmission(opts),
 		bodies:   byteBudget{limit: opts.BodyBudget},
-		metrics:  newMetrics(),
+		metrics:  newMetrics(opts.Version),
+		tracing:  opts.Tracing,
 
 		guestWork: make(chan func()),
 		drained:   make(chan struct{}, 1),
@@ -561,9 +569,11 @@ func (s *Server) handleTools(w http.ResponseWriter, _ *http.Request) {
 func (s *Server) handleMetrics(w http.ResponseWriter, _ *http.Request) {
 	c := s.current()
 	inflight, queued, tenants := s.adm.stats()
+	waiting, longest := s.adm.queueStats()
 	g := gauges{
 		inflight: inflight, queued: queued, capacity: s.adm.capacity, queueCap: s.adm.queueCap,
 		tenants: tenants, tenantCap: s.adm.perTenant, tenantQueueCap: s.adm.tenantQueue,
+		tenantsWaiting: waiting, longestTenantQueue: longest,
 		draining: s.isDraining(), tools: len(c.order), toolInflight: map[string]int{},
 	}
 	g.poolReady, g.poolCap, g.poolRecycled, g.imageInstances = map[string]int{}, map[string]int{}, map[string]int64{}, map[string]int64{}
