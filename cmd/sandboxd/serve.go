@@ -18,6 +18,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/artifact"
 	"github.com/sandboxd/sandboxd/deployenv"
+	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/events"
 	"github.com/sandboxd/sandboxd/executor"
 	"github.com/sandboxd/sandboxd/mcp"
@@ -44,6 +45,8 @@ type serviceFlags struct {
 	perTenant, tenantQueue                            *int
 	drain, bodyTimeout, tenantCPU, tenantWindow       *time.Duration
 	bodyMB                                            *int64
+	otlpEndpoint                                      *string
+	noTraceparent                                     stringList
 	exec                                              execFlags
 	oci                                               ociFlags
 	egress                                            egressFlags
@@ -74,6 +77,8 @@ func (f *serviceFlags) register(fs *flag.FlagSet) {
 	f.artifactVer = fs.String("artifact-version", "", "artifactVersion for --tools (default: a digest of the tools)")
 	f.recycle = fs.Bool("recycle", true, "reset used context-isolated instances to their post-initialisation state and reuse them, instead of instantiating for every call (strict tools never recycle)")
 	f.images = fs.Bool("instance-images", true, "load new context-isolated and strict instances from their tool's post-initialisation image (copy-on-write) instead of running each one's _initialize; false gives every instance the random bytes and clock readings of its own _initialize")
+	f.otlpEndpoint = fs.String("otlp-endpoint", "", "export an OpenTelemetry span per call (and its stages and egress requests) over OTLP/HTTP to this collector URL, e.g. http://collector:4318 (default: off, unless $OTEL_EXPORTER_OTLP_ENDPOINT or $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set)")
+	fs.Var(&f.noTraceparent, "otlp-no-traceparent", "with tracing on: guest HTTP requests to this destination ([scheme://]host[:port], the allowlist grammar) carry no traceparent header (repeatable)")
 	f.poolSize = fs.Int("pool-size", -1, "most pre-warmed instances per context-isolated/strict tool; pools grow toward it under load and shrink when idle, within a 512 MiB budget for all tools (-1: the executor's default, 8)")
 	f.exec.register(fs)
 	f.oci.register(fs, false)
@@ -103,6 +108,9 @@ func (f *serviceFlags) check(bad func(format string, a ...any)) int {
 	}
 	if *f.drain <= 0 {
 		bad("--drain-timeout must be positive")
+	}
+	if len(f.noTraceparent) > 0 && !server.TracingConfigured(*f.otlpEndpoint) {
+		bad("--otlp-no-traceparent goes with --otlp-endpoint (or $OTEL_EXPORTER_OTLP_ENDPOINT)")
 	}
 	mc := *f.maxConc
 	if mc == 0 {
@@ -224,6 +232,25 @@ func (f *serviceFlags) boot(ctx context.Context, plog *slog.Logger, token string
 	} else {
 		src = server.DirSource{Dir: *f.toolsDir, PackID: *f.packID, PackVersion: *f.packVersion, ArtifactVersion: *f.artifactVer}
 	}
+	var tracing *server.Tracing
+	if server.TracingConfigured(*f.otlpEndpoint) {
+		var noHeader []egress.Entry
+		for _, d := range f.noTraceparent {
+			e, err := egress.ParseEntry(d)
+			if err != nil {
+				return fail("config-invalid", []string{"--otlp-no-traceparent: " + err.Error()})
+			}
+			noHeader = append(noHeader, e)
+		}
+		if tracing, err = server.NewTracing(ctx, server.TracingOptions{Endpoint: *f.otlpEndpoint, NoTraceparent: noHeader, ServiceVersion: implVersion()}); err != nil {
+			return fail("config-invalid", []string{err.Error()})
+		}
+		closers = append(closers, func() { // after the server's Close: its last spans go out
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = tracing.Shutdown(sctx)
+		})
+	}
 	// SIGTERM during boot stops it: Load stops waiting for a compile when
 	// ctx is done (the compile itself cannot be interrupted; F16).
 	srv, err := server.New(ctx, exec, src, server.Options{
@@ -232,6 +259,7 @@ func (f *serviceFlags) boot(ctx context.Context, plog *slog.Logger, token string
 		PerTenantCPUBudget: *f.tenantCPU, PerTenantCPUWindow: *f.tenantWindow,
 		DrainTimeout: *f.drain, EnvCheckWarn: *f.envCheck == "warn", Log: plog,
 		BodyBudget: *f.bodyMB << 20, BodyTimeout: *f.bodyTimeout,
+		Tracing: tracing, Version: implVersion(),
 	})
 	if err != nil && ctx.Err() != nil {
 		plog.Info("stopped", "during", "boot")
