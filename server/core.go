@@ -424,6 +424,10 @@ func (s *Server) finish(rec *callRecord, mid string, te *toolerr.Error, usage *e
 		rec.outcome, rec.code = "internal-error", string(te.Code)
 	}
 	s.record(rec)
+	if te != nil && te.Code == toolerr.LimitsExceeded {
+		l, _ := te.Details["limit"].(string)
+		s.metrics.limitExceeded(mid, toolerr.Limit(l))
+	}
 	s.metrics.call(mid, rec.outcome, time.Since(rec.start).Seconds(), usage != nil, usageCPU(usage), usagePeak(usage))
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/executor"
+	"github.com/sandboxd/sandboxd/toolerr"
 )
 
 // metrics is sandboxd's Prometheus registry. The per-call series are
@@ -49,7 +50,12 @@ type toolSeries struct {
 	peakMem  *histogram
 	wait     *histogram // admission wait of admitted calls, seconds
 	acquired [len(acquisitionPaths)]atomic.Uint64
+	limits   [len(limitLabels)]atomic.Uint64 // limits-exceeded calls, by limit
 }
+
+// limitLabels are the label values of sandboxd_limits_exceeded_total (the
+// last: a limit not named here).
+var limitLabels = [...]toolerr.Limit{toolerr.LimitMemMB, toolerr.LimitCPUMs, toolerr.LimitFuel, "other"}
 
 // acquisitionPaths are the label values of sandboxd_instance_acquisitions_total.
 var acquisitionPaths = [...]executor.Acquisition{executor.AcquiredPooled, executor.AcquiredRecycled, executor.AcquiredWarm, executor.AcquiredImage, executor.AcquiredInstantiated}
@@ -191,6 +197,17 @@ func (m *metrics) call(tool, outcome string, seconds float64, ran bool, cpuMs, p
 	}
 }
 
+// limitExceeded counts a limits-exceeded call of tool by its limit.
+func (m *metrics) limitExceeded(tool string, l toolerr.Limit) {
+	i := len(limitLabels) - 1
+	for j, x := range limitLabels[:i] {
+		if x == l {
+			i = j
+		}
+	}
+	m.series(tool).limits[i].Add(1)
+}
+
 // admitted records the admission wait of a call that got its slots.
 func (m *metrics) admitted(tool string, seconds float64) {
 	m.series(tool).wait.observe(seconds)
@@ -245,7 +262,7 @@ func (m *metrics) write(w io.Writer, g gauges) {
 	invocations := map[[2]string]float64{}
 	duration, peakMem := map[string]*histogram{}, map[string]*histogram{}
 	cpu, wait := map[string]*histogram{}, map[string]*histogram{}
-	acquired := map[[2]string]uint64{}
+	acquired, limitsHit := map[[2]string]uint64{}, map[[2]string]uint64{}
 	cpuMs := map[string]float64{}
 	m.tools.Range(func(k, v any) bool {
 		tool, ts := k.(string), v.(*toolSeries)
@@ -263,6 +280,11 @@ func (m *metrics) write(w io.Writer, g gauges) {
 		for i, p := range acquisitionPaths {
 			if n := ts.acquired[i].Load(); n > 0 {
 				acquired[[2]string{tool, string(p)}] = n
+			}
+		}
+		for i, l := range limitLabels {
+			if n := ts.limits[i].Load(); n > 0 {
+				limitsHit[[2]string{tool, string(l)}] = n
 			}
 		}
 		return true
@@ -298,6 +320,10 @@ func (m *metrics) write(w io.Writer, g gauges) {
 	})
 	for _, k := range akeys {
 		fmt.Fprintf(&b, "sandboxd_instance_acquisitions_total{tool=%s,path=%s} %d\n", label(k[0]), label(k[1]), acquired[k])
+	}
+	head("sandboxd_limits_exceeded_total", "counter", "Calls failed limits-exceeded (handler-throw on the wire), by tool and limit: memMB, cpuMs, fuel, other.")
+	for _, k := range sortedPairs(limitsHit) {
+		fmt.Fprintf(&b, "sandboxd_limits_exceeded_total{tool=%s,limit=%s} %d\n", label(k[0]), label(k[1]), limitsHit[k])
 	}
 	head("sandboxd_guest_cpu_ms_total", "counter", "Guest CPU time consumed, by tool, in milliseconds.")
 	for _, t := range sortedKeys(cpuMs) {
@@ -393,6 +419,20 @@ func writeHists(b *strings.Builder, name, help string, hs map[string]*histogram)
 		fmt.Fprintf(b, "%s_sum{tool=%s} %s\n", name, label(t), num(h.sum.load()))
 		fmt.Fprintf(b, "%s_count{tool=%s} %d\n", name, label(t), cum)
 	}
+}
+
+func sortedPairs[V any](m map[[2]string]V) [][2]string {
+	out := make([][2]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i][0] != out[j][0] {
+			return out[i][0] < out[j][0]
+		}
+		return out[i][1] < out[j][1]
+	})
+	return out
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -35,7 +35,7 @@ type otlpReceiver struct {
 	spans []*tracepb.Span
 }
 
-func startReceiver(t *testing.T) *otlpReceiver {
+func startReceiver(t testing.TB) *otlpReceiver {
 	t.Helper()
 	rc := &otlpReceiver{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
