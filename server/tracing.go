@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -46,8 +47,12 @@ type TracingOptions struct {
 }
 
 // TracingConfigured reports whether tracing is asked for: an endpoint, or
-// one of the standard OTLP endpoint variables.
+// one of the standard OTLP endpoint variables, unless OTEL_SDK_DISABLED is
+// true or OTEL_TRACES_EXPORTER is none.
 func TracingConfigured(endpoint string) bool {
+	if strings.EqualFold(os.Getenv("OTEL_SDK_DISABLED"), "true") || strings.EqualFold(os.Getenv("OTEL_TRACES_EXPORTER"), "none") {
+		return false
+	}
 	return endpoint != "" || os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
 }
 

@@ -410,3 +410,27 @@ func TestTraceOfGuestHTTPRequest(t *testing.T) {
 		t.Errorf("upstream traceparent %q, want %q", tp, want)
 	}
 }
+
+func TestTracingConfigured(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+	t.Setenv("OTEL_SDK_DISABLED", "")
+	t.Setenv("OTEL_TRACES_EXPORTER", "")
+	if server.TracingConfigured("") {
+		t.Error("on without an endpoint")
+	}
+	if !server.TracingConfigured("http://127.0.0.1:4318") {
+		t.Error("off with --otlp-endpoint")
+	}
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+	if !server.TracingConfigured("") {
+		t.Error("off with OTEL_EXPORTER_OTLP_ENDPOINT")
+	}
+	t.Setenv("OTEL_SDK_DISABLED", "true")
+	if server.TracingConfigured("http://127.0.0.1:4318") {
+		t.Error("on with OTEL_SDK_DISABLED=true")
+	}
+	if _, err := server.NewTracing(context.Background(), server.TracingOptions{Endpoint: "collector:4318"}); err == nil {
+		t.Error("an endpoint without a scheme is accepted")
+	}
+}
