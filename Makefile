@@ -8,7 +8,7 @@ BIN ?= bin/sandboxd
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GO_BUILD_FLAGS := -trimpath -buildvcs=auto -ldflags '-X main.stampedVersion=$(VERSION)'
 
-.PHONY: all build install test test-deploy test-short lint check demo bench image tools
+.PHONY: all build install test test-deploy test-short lint check demo bench bench-serve image tools
 
 all: build
 
@@ -83,6 +83,18 @@ demo:
 # go test -run '^$$' -bench . -benchmem ./...
 bench:
 	cd bench && $(GO) test -count=1 -run '^TestSuite$$' -timeout 15m . -args -out ../BENCHMARKS.md
+
+# serve under an external load generator (issue 26): wrk against
+# `sandboxd serve` (POST /v1/invoke, 1 KiB validated echo) and against a
+# minimal net/http server decoding and encoding the same frame (bench/cmd/benchserve
+# floor, its own process), interleaved rounds; prints calls/s, p50, p99 at
+# c=8 and c=64, the ratios and the goals. Needs wrk (Debian: apt-get install wrk).
+# BENCH_SERVE_ARGS passes flags, e.g. -rounds 5 -d 5s, or -cpuprofile serve.pprof
+# (the serve side in-process, profiled).
+BENCH_SERVE_ARGS ?=
+bench-serve: build
+	cd bench && $(GO) build -o ../bin/benchserve ./cmd/benchserve
+	bin/benchserve -sandboxd $(BIN) -module testdata/wasm/echo_reactor.wasm $(BENCH_SERVE_ARGS)
 
 # The container image, without a container daemon (deploy/image): a static
 # linux binary on an empty base, user 65532, no shell, written as an OCI
