@@ -60,6 +60,7 @@ func main() {
 	flag.DurationVar(&o.dur, "d", 3*time.Second, "wrk duration of one side of one round (whole seconds)")
 	flag.StringVar(&o.conc, "c", "8,64", "concurrencies (wrk connections), comma separated")
 	flag.StringVar(&o.serveFlags, "serve-flags", "", "extra `sandboxd serve` flags (space separated), e.g. --max-concurrency 64")
+	flag.IntVar(&o.tenants, "tenants", 8, "calls cycle through this many ctx.tenantIds (t1…tN); with 1, c=64 exceeds serve's default per-tenant admission (8 running + 16 waiting) and gets 503 tenant-queue-full by design")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "serve in-process and write its CPU profile here (profiling run, not the headline)")
 	flag.Parse()
 	if err := run(o); err != nil {
@@ -70,14 +71,14 @@ func main() {
 
 type opts struct {
 	sandboxd, module, wrk, conc, serveFlags, cpuprofile string
-	threads, rounds                                     int
+	threads, rounds, tenants                            int
 	dur                                                 time.Duration
 }
 
-// frame is the invoke frame every call posts: the 1 KiB echo input.
-func frame() string {
+// frame is the invoke frame of tenant tN: the 1 KiB echo input.
+func frame(tenant int) string {
 	return `{"v":2,"kind":"invoke","tool":{"id":"bench.serve"},"input":{"data":"` + strings.Repeat("x", 1<<10) +
-		`"},"ctx":{"tenantId":"t1","runId":"r1"}}`
+		`"},"ctx":{"tenantId":"t` + strconv.Itoa(tenant) + `","runId":"r1"}}`
 }
 
 // manifest is the served tool: the validated echo, context-isolated.
@@ -146,7 +147,14 @@ func run(o opts) error {
 	}
 	defer os.RemoveAll(dir)
 	script := filepath.Join(dir, "invoke.lua")
-	if err := os.WriteFile(script, []byte(luaScript(frame())), 0o644); err != nil {
+	if o.tenants < 1 {
+		return fmt.Errorf("-tenants %d: want at least 1", o.tenants)
+	}
+	var bodies []string
+	for i := 1; i <= o.tenants; i++ {
+		bodies = append(bodies, frame(i))
+	}
+	if err := os.WriteFile(script, []byte(luaScript(bodies)), 0o644); err != nil {
 		return err
 	}
 
@@ -171,9 +179,8 @@ func run(o opts) error {
 		}
 		defer sv.stop()
 	}
-	body := frame()
 	for _, p := range []proc{fl, sv} {
-		if err := check(p.url, body); err != nil {
+		if err := check(p.url, bodies[0]); err != nil {
 			return err
 		}
 	}
@@ -280,16 +287,31 @@ func wrk(o opts, script string, p proc, conc int, d time.Duration) (round, error
 	return r, nil
 }
 
-// luaScript posts body with the token and counts, per thread, answers
-// that are not 200 with a result frame; done prints the figures.
-func luaScript(body string) string {
-	return `wrk.method = "POST"
-wrk.body = [==[` + body + `]==]
+// luaScript posts the bodies in turn (each a request formatted once)
+// with the token and counts, per thread, answers that are not 200 with a
+// result frame; done prints the figures.
+func luaScript(bodies []string) string {
+	var b strings.Builder
+	b.WriteString("local bodies = {\n")
+	for _, body := range bodies {
+		b.WriteString("[==[" + body + "]==],\n")
+	}
+	b.WriteString("}\n")
+	return b.String() + `wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["kindgi-pack-token"] = "` + token + `"
 local threads = {}
+local reqs = {}
+local i = 0
 function setup(thread) table.insert(threads, thread) end
-function init(args) bad = 0 end
+function init(args)
+  bad = 0
+  for k, body in ipairs(bodies) do reqs[k] = wrk.format("POST", nil, nil, body) end
+end
+function request()
+  i = i % #reqs + 1
+  return reqs[i]
+end
 function response(status, headers, body)
   if status ~= 200 or not string.find(body, '"kind":"result"', 1, true) then bad = bad + 1 end
 end
@@ -509,8 +531,8 @@ func printTable(o opts, concs []int, res map[int][2][]round, load0, load1 string
 		what = "server.Server in the profiling process (profile: " + o.cpuprofile + "; not the headline figures)"
 	}
 	fmt.Printf("## serve under wrk vs a net/http floor\n\n")
-	fmt.Printf("%s, POST /v1/invoke with the token, 1 KiB validated echo (context-isolated) vs `benchserve floor` (net/http + encoding/json: decode the frame, encode {v,kind,output}), separate processes, loopback. wrk -t%d, %d interleaved rounds (floor, serve) of %s per concurrency; calls/s over all rounds, p50/p99 the median of the rounds'; server CPU/call from /proc/PID/stat. Load average %s before, %s after (%s).\n\n",
-		what, o.threads, o.rounds, o.dur, load0, load1, took.Round(time.Second))
+	fmt.Printf("%s, POST /v1/invoke with the token, 1 KiB validated echo (context-isolated) vs `benchserve floor` (net/http + encoding/json: decode the frame, encode {v,kind,output}), separate processes, loopback. wrk -t%d, calls cycling through %d tenants, %d interleaved rounds (floor, serve) of %s per concurrency; calls/s over all rounds, p50/p99 the median of the rounds'; server CPU/call from /proc/PID/stat. Load average %s before, %s after (%s).\n\n",
+		what, o.threads, o.tenants, o.rounds, o.dur, load0, load1, took.Round(time.Second))
 	fmt.Printf("| c | floor calls/s | serve calls/s | ratio | floor p50 µs | serve p50 µs | ratio | floor p99 µs | serve p99 µs | ratio | floor CPU µs/call | serve CPU µs/call | errors floor / serve | goals |\n")
 	fmt.Printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n")
 	allMet := true
