@@ -254,14 +254,15 @@ func New(ctx context.Context, exec *executor.Executor, src Source, opts Options)
 // NewLogger returns the process-event logger: one JSON object per line on
 // w whose "kind" is the event (listening, draining, stopped, call, …).
 func NewLogger(w io.Writer) *slog.Logger {
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{
+	lw := &lockedWriter{w: w}
+	return slog.New(&eventHandler{JSONHandler: slog.NewJSONHandler(lw, &slog.HandlerOptions{
 		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
 			if len(groups) == 0 && a.Key == slog.MessageKey {
 				a.Key = "kind"
 			}
 			return a
 		},
-	}))
+	}), w: lw})
 }
 
 // Close closes the serving catalog's tools (calls still running on them
@@ -651,6 +652,12 @@ func (s *Server) record(rec *callRecord) {
 	}
 	if rec.code != "" {
 		attrs = append(attrs, slog.String("code", rec.code))
+	}
+	// NewLogger's handler writes the record directly (eventlog.go): slog's
+	// JSONHandler was 7% of the served path's CPU under wrk (bench-serve
+	// -cpuprofile).
+	if h, ok := s.log.Handler().(*eventHandler); ok && h.writeCall(time.Now(), attrs) {
+		return
 	}
 	s.log.LogAttrs(context.Background(), slog.LevelInfo, "call", attrs...)
 }
