@@ -95,3 +95,37 @@ func BenchmarkSplitFrame(b *testing.B) {
 		}
 	})
 }
+
+// TestParseFrameObjects: parseFrame reads members as json.Unmarshal into
+// a map would: the last of duplicate keys wins, at every level, on the
+// fast path and on the slow one (a key with an escape takes it).
+func TestParseFrameObjects(t *testing.T) {
+	for _, c := range []struct {
+		frame, tool, tenant string
+		kindErr             WireCode
+	}{
+		{`{"v":2,"kind":"invoke","tool":{"id":"a","id":"b"},"input":{},"ctx":{"tenantId":"t1","runId":"r","tenantId":"t2"}}`, "b", "t2", ""},
+		{`{"v":2,"kind":"invoke","tool":{"id":"a","\u0069d":"b"},"input":{},"ctx":{"tenantId":"t1","runId":"r","tenant\u0049d":"t2"}}`, "b", "t2", ""},
+		{`{"v":2,"kind":"invoke","kind":"nope","tool":{"id":"a"},"input":{},"ctx":{"tenantId":"t","runId":"r"}}`, "", "", WireUnexpectedMessageKind},
+		{`{"v":2,"kind":"invoke","tool":{"id":"a"},"input":{},"ctx":{"tenantId":"t","runId":"r"},"x":1}`, "", "", WireMalformedMessage},
+		{`{"v":2,"kind":"invoke","tool":{"id":"a","x":1},"input":{},"ctx":{"tenantId":"t","runId":"r"}}`, "", "", WireMalformedMessage},
+		{`{"v":2,"kind":"invoke","tool":{"id":"a"},"input":{},"ctx":{"runId":"r"}}`, "", "", WireMalformedMessage},
+		{`{"v":2,"kind":"invoke","tool":{"id":"a"},"input":{}}`, "", "", WireMalformedMessage},
+		{`null`, "", "", WireMalformedMessage},
+	} {
+		inv, werr := parseFrame([]byte(c.frame))
+		if c.kindErr != "" {
+			if werr == nil || werr.Code != c.kindErr {
+				t.Errorf("%s: %+v, want %s", c.frame, werr, c.kindErr)
+			}
+			continue
+		}
+		if werr != nil {
+			t.Errorf("%s: %+v", c.frame, werr)
+			continue
+		}
+		if inv.toolID != c.tool || inv.ctx.TenantID != c.tenant {
+			t.Errorf("%s: tool %q tenant %q, want %q %q", c.frame, inv.toolID, inv.ctx.TenantID, c.tool, c.tenant)
+		}
+	}
+}

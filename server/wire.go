@@ -181,16 +181,19 @@ func parseFrame(body []byte) (*invoke, *wireError) {
 		e := protoErr(code, format, args...)
 		return nil, &e
 	}
-	top, fast := splitObject(body)
+	var topBuf [8]member
+	top, fast := splitMembers(body, topBuf[:0])
 	if !fast {
-		if err := strictUnmarshal(body, &top); err != nil {
+		var m map[string]json.RawMessage
+		if err := strictUnmarshal(body, &m); err != nil {
 			return fail(WireMalformedMessage, "the request is not a JSON object: %v", err)
 		}
+		top = objectOf(m)
 	}
 	if top == nil {
 		return fail(WireMalformedMessage, "the request is not a JSON object: null")
 	}
-	rawV, ok := top["v"]
+	rawV, ok := top.get("v")
 	if !ok {
 		return fail(WireMalformedMessage, "the request has no protocol version \"v\"")
 	}
@@ -204,9 +207,9 @@ func parseFrame(body []byte) (*invoke, *wireError) {
 		return fail(WireUnknownProtocolVersion, "protocol version %s is not supported (this service speaks v2)", clip(string(rawV)))
 	}
 versionOK:
-	kind, fastKind := plainString(top["kind"])
+	kind, fastKind := plainKind(top.val("kind"))
 	if !fastKind {
-		if err := json.Unmarshal(top["kind"], &kind); err != nil || top["kind"] == nil {
+		if err := json.Unmarshal(top.val("kind"), &kind); err != nil || top.val("kind") == nil {
 			return fail(WireMalformedMessage, "the request has no string \"kind\"")
 		}
 	}
@@ -217,46 +220,49 @@ versionOK:
 	default:
 		return fail(WireUnexpectedMessageKind, "a pack service answers \"invoke\" and \"check-invoke\", not %q", clip(kind))
 	}
-	for k := range top {
-		switch k {
+	for _, kv := range top {
+		switch k := kv.key; k {
 		case "v", "kind", "tool", "input", "ctx":
 		default:
 			return fail(WireMalformedMessage, "unknown field %q in an invoke", clip(k))
 		}
 	}
 	var inv invoke
-	tool, fastTool := splitObject(top["tool"])
+	var toolBuf [4]member
+	tool, fastTool := splitMembers(top.val("tool"), toolBuf[:0])
 	if !fastTool {
-		if err := json.Unmarshal(top["tool"], &tool); err != nil || tool == nil {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(top.val("tool"), &m); err != nil || m == nil {
 			return fail(WireMalformedMessage, "\"tool\" must be an object {id, version?}")
 		}
+		tool = objectOf(m)
 	}
-	for k := range tool {
-		if k != "id" && k != "version" {
+	for _, kv := range tool {
+		if k := kv.key; k != "id" && k != "version" {
 			return fail(WireMalformedMessage, "unknown field %q in \"tool\"", clip(k))
 		}
 	}
 	var fastID bool
-	if inv.toolID, fastID = plainString(tool["id"]); !fastID {
-		if err := json.Unmarshal(tool["id"], &inv.toolID); err != nil {
+	if inv.toolID, fastID = plainString(tool.val("id")); !fastID {
+		if err := json.Unmarshal(tool.val("id"), &inv.toolID); err != nil {
 			return fail(WireMalformedMessage, "\"tool.id\" must be a non-empty string")
 		}
 	}
 	if inv.toolID == "" {
 		return fail(WireMalformedMessage, "\"tool.id\" must be a non-empty string")
 	}
-	if v, ok := tool["version"]; ok {
+	if v, ok := tool.get("version"); ok {
 		if err := json.Unmarshal(v, &inv.toolVersion); err != nil || string(v) == "null" {
 			return fail(WireMalformedMessage, "\"tool.version\" must be a string")
 		}
 		inv.hasVersion = true
 	}
-	in, ok := top["input"]
+	in, ok := top.get("input")
 	if !ok {
 		return fail(WireMalformedMessage, "the invoke has no \"input\"")
 	}
 	inv.input = in
-	rawCtx, ok := top["ctx"]
+	rawCtx, ok := top.get("ctx")
 	if !ok {
 		return fail(WireMalformedMessage, "the invoke has no \"ctx\"")
 	}
@@ -266,20 +272,20 @@ versionOK:
 	return &inv, nil
 }
 
-func parseCheck(top map[string]json.RawMessage) (*invoke, *wireError) {
+func parseCheck(top object) (*invoke, *wireError) {
 	fail := func(code WireCode, format string, args ...any) (*invoke, *wireError) {
 		e := protoErr(code, format, args...)
 		return nil, &e
 	}
-	for k := range top {
-		switch k {
+	for _, kv := range top {
+		switch k := kv.key; k {
 		case "v", "kind", "check", "config", "trace":
 		default:
 			return fail(WireMalformedMessage, "unknown field %q in a check-invoke", clip(k))
 		}
 	}
 	var check map[string]json.RawMessage
-	if err := json.Unmarshal(top["check"], &check); err != nil || check == nil {
+	if err := json.Unmarshal(top.val("check"), &check); err != nil || check == nil {
 		return fail(WireMalformedMessage, "\"check\" must be an object {id}")
 	}
 	for k := range check {
@@ -292,22 +298,22 @@ func parseCheck(top map[string]json.RawMessage) (*invoke, *wireError) {
 		return fail(WireMalformedMessage, "\"check.id\" must be a non-empty string")
 	}
 	var cfg map[string]json.RawMessage
-	if err := json.Unmarshal(top["config"], &cfg); err != nil || cfg == nil {
+	if err := json.Unmarshal(top.val("config"), &cfg); err != nil || cfg == nil {
 		return fail(WireMalformedMessage, "\"config\" must be an object")
 	}
-	if _, ok := top["trace"]; !ok {
+	if _, ok := top.get("trace"); !ok {
 		return fail(WireMalformedMessage, "the check-invoke has no \"trace\"")
 	}
 	// A check-invoke has no ctx: the call context comes from the trace's
 	// ids when it carries them (RunTrace's tenantId, runId, projectId, orgId).
-	inv := &invoke{toolID: id, check: true, config: top["config"], trace: top["trace"]}
+	inv := &invoke{toolID: id, check: true, config: top.val("config"), trace: top.val("trace")}
 	var ids struct {
 		TenantID  any `json:"tenantId"`
 		RunID     any `json:"runId"`
 		ProjectID any `json:"projectId"`
 		OrgID     any `json:"orgId"`
 	}
-	if json.Unmarshal(top["trace"], &ids) == nil {
+	if json.Unmarshal(top.val("trace"), &ids) == nil {
 		str := func(v any) string { s, _ := v.(string); return s }
 		inv.ctx = executor.CallContext{TenantID: str(ids.TenantID), RunID: str(ids.RunID), ProjectID: str(ids.ProjectID), OrgID: str(ids.OrgID)}
 	}
@@ -325,14 +331,17 @@ type wireCheckResult struct {
 // the known optional fields must have their types, unknown fields are
 // accepted and ignored. It returns a problem description or "".
 func parseCallContext(raw json.RawMessage, cc *executor.CallContext) string {
-	m, fast := splitObject(raw)
+	var buf [8]member
+	m, fast := splitMembers(raw, buf[:0])
 	if !fast {
-		if err := json.Unmarshal(raw, &m); err != nil || m == nil {
+		var mm map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &mm); err != nil || mm == nil {
 			return "\"ctx\" must be an object {tenantId, runId, …}"
 		}
+		m = objectOf(mm)
 	}
 	str := func(name string, dst *string, required bool) string {
-		v, ok := m[name]
+		v, ok := m.get(name)
 		if !ok {
 			if required {
 				return fmt.Sprintf("\"ctx.%s\" is required", name)
@@ -361,12 +370,12 @@ func parseCallContext(raw json.RawMessage, cc *executor.CallContext) string {
 			return p
 		}
 	}
-	if v, ok := m["env"]; ok {
+	if v, ok := m.get("env"); ok {
 		if err := json.Unmarshal(v, &cc.Env); err != nil || string(v) == "null" {
 			return "\"ctx.env\" must be an object of strings"
 		}
 	}
-	if v, ok := m["secrets"]; ok {
+	if v, ok := m.get("secrets"); ok {
 		var sec map[string]json.RawMessage
 		if err := json.Unmarshal(v, &sec); err != nil || sec == nil {
 			return "\"ctx.secrets\" must be an object"
@@ -381,12 +390,12 @@ func parseCallContext(raw json.RawMessage, cc *executor.CallContext) string {
 			}
 		}
 	}
-	if v, ok := m["config"]; ok {
+	if v, ok := m.get("config"); ok {
 		if err := json.Unmarshal(v, &cc.Config); err != nil || cc.Config == nil {
 			return "\"ctx.config\" must be an object"
 		}
 	}
-	if v, ok := m["settings"]; ok {
+	if v, ok := m.get("settings"); ok {
 		var s map[string]map[string]json.RawMessage
 		if err := json.Unmarshal(v, &s); err != nil || s == nil {
 			return "\"ctx.settings\" must be an object of objects"
