@@ -62,6 +62,7 @@ func main() {
 	flag.StringVar(&o.serveFlags, "serve-flags", "", "extra `sandboxd serve` flags (space separated), e.g. --max-concurrency 64")
 	flag.IntVar(&o.tenants, "tenants", 8, "calls cycle through this many ctx.tenantIds (t1…tN); with 1, c=64 exceeds serve's default per-tenant admission (8 running + 16 waiting) and gets 503 tenant-queue-full by design")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "serve in-process and write its CPU profile here (profiling run, not the headline)")
+	flag.StringVar(&o.memprofile, "memprofile", "", "with -cpuprofile: also write the allocation profile (alloc_space/alloc_objects) here")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "benchserve:", err)
@@ -70,9 +71,9 @@ func main() {
 }
 
 type opts struct {
-	sandboxd, module, wrk, conc, serveFlags, cpuprofile string
-	threads, rounds, tenants                            int
-	dur                                                 time.Duration
+	sandboxd, module, wrk, conc, serveFlags, cpuprofile, memprofile string
+	threads, rounds, tenants                                        int
+	dur                                                             time.Duration
 }
 
 // frame is the invoke frame of tenant tN: the 1 KiB echo input.
@@ -219,6 +220,18 @@ func run(o opts) error {
 	if stopProfile != nil {
 		if err := stopProfile(); err != nil {
 			return err
+		}
+		if o.memprofile != "" {
+			f, err := os.Create(o.memprofile)
+			if err != nil {
+				return err
+			}
+			if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+				return err
+			}
+			if err := f.Close(); err != nil {
+				return err
+			}
 		}
 	}
 	printTable(o, concs, res, load0, loadavg(), time.Since(t0))
