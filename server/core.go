@@ -127,9 +127,10 @@ type Outcome struct {
 	// ArtifactVersion is the serving catalog's artifact version.
 	ArtifactVersion string
 
-	entry *entry
-	input []byte
-	ran   bool
+	entry    *entry
+	input    []byte
+	deadline time.Time // the call's: the projection's validation stops there
+	ran      bool
 }
 
 // Envelope returns the canonical x.ai/tool envelope (package events) of
@@ -144,7 +145,7 @@ func (o *Outcome) Envelope() (meta events.Meta, ok bool) {
 	if !o.ran || (o.Err != nil && o.Err.Code == toolerr.InputValidationFailed) {
 		return events.NewMeta(m, nil), true
 	}
-	return events.NewMeta(m, o.entry.validated(o.input)), true
+	return events.NewMeta(m, o.entry.validated(o.input, o.deadline)), true
 }
 
 // Ticket is one admitted call's place in the drain accounting: a drain
@@ -313,7 +314,7 @@ func (t *Ticket) Call(ctx context.Context, c Call) (o Outcome) {
 	// returned at the deadline without waiting for it; its slots are
 	// released when it has really stopped.
 	callID := executor.NewCallID()
-	rec.callID, out.CallID, out.ran, out.input = callID, callID, true, c.Input
+	rec.callID, out.CallID, out.ran, out.input, out.deadline = callID, callID, true, c.Input, c.Deadline
 	if c.Running != nil {
 		c.Running(callID)
 	}
@@ -481,8 +482,10 @@ func (s *Server) reloaded() {
 // validated returns input validated against the tool's input schema with
 // defaults filled, for the envelope's projection; the raw input when the
 // tool declares no projection (it is not used then) or it cannot be
-// validated again.
-func (e *entry) validated(input []byte) []byte {
+// validated again. Validating it again is host work for the call, metered
+// as the executor's validation is (G01): within the work budget of the
+// tool's cpuMs and stopped at the call's deadline (past it, the raw input).
+func (e *entry) validated(input []byte, deadline time.Time) []byte {
 	m := e.tool.Manifest()
 	x, _ := m.Metadata[events.MetaKey].(map[string]any)
 	if _, mapped := x["input"]; !mapped {
@@ -492,8 +495,14 @@ func (e *entry) validated(input []byte) []byte {
 	if e.schema == nil {
 		return input
 	}
-	mem, _ := e.tool.Limits()
-	v, err := e.schema.ValidateInputWithin(input, mem*limits.MiB)
+	mem, cpu := e.tool.Limits()
+	w := manifest.Work{Limit: manifest.WorkLimit(cpu), Check: func() error {
+		if !deadline.IsZero() && !time.Now().Before(deadline) {
+			return context.DeadlineExceeded
+		}
+		return nil
+	}}
+	v, err := e.schema.ValidateInputLimited(input, mem*limits.MiB, w)
 	if err != nil {
 		return input
 	}

@@ -1,0 +1,57 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/server"
+	"github.com/sandboxd/sandboxd/toolerr"
+)
+
+// heavySchema is issue 24's G01 schema: every item against allOf of 3 refs
+// to a6, a_k = allOf of 10 refs to a_(k-1) (about 670,000 subschemas per
+// value).
+func heavySchema() map[string]any {
+	defs := map[string]any{"a1": map[string]any{"type": "integer"}}
+	for k := 2; k <= 6; k++ {
+		refs := make([]any, 10)
+		for i := range refs {
+			refs[i] = map[string]any{"$ref": fmt.Sprintf("#/$defs/a%d", k-1)}
+		}
+		defs[fmt.Sprintf("a%d", k)] = map[string]any{"allOf": refs}
+	}
+	top := []any{map[string]any{"$ref": "#/$defs/a6"}, map[string]any{"$ref": "#/$defs/a6"}, map[string]any{"$ref": "#/$defs/a6"}}
+	return map[string]any{"type": "array", "items": map[string]any{"allOf": top}, "$defs": defs}
+}
+
+// TestProjectionValidationBoundedByDeadline: the envelope's projection
+// validates the input again (Outcome.Envelope); that validation ran on the
+// default work budget with no deadline, seconds of CPU after a call
+// answered deadline-exceeded. It now stops at the call's deadline.
+func TestProjectionValidationBoundedByDeadline(t *testing.T) {
+	projected := tool(t, "t.projected", "echo_reactor", 16, 300000, map[string]any{
+		"input":    heavySchema(),
+		"metadata": map[string]any{"x.ai/tool": map[string]any{"kind": "read", "input": map[string]any{"first": "/0"}}},
+	})
+	ts := start(t, server.StaticSource{Tools: []server.StaticTool{projected}}, server.Options{})
+	input := "[" + strings.TrimSuffix(strings.Repeat("0,", 100), ",") + "]"
+	const deadline = 300 * time.Millisecond
+	now := time.Now()
+	o := ts.Call(context.Background(), server.Call{Tool: "t.projected", Input: []byte(input), Start: now, Deadline: now.Add(deadline)})
+	if o.Err == nil || o.Err.Code != toolerr.DeadlineExceeded {
+		t.Fatalf("outcome %+v, want deadline-exceeded", o)
+	}
+	t0 := time.Now()
+	env, ok := o.Envelope()
+	took := time.Since(t0)
+	if !ok {
+		t.Fatal("no envelope")
+	}
+	if took > time.Second {
+		t.Fatalf("Envelope took %v after a %v deadline: its validation is not stopped there", took, deadline)
+	}
+	t.Logf("Envelope after the deadline: %v, input %v", took, env.Input)
+}
