@@ -3,6 +3,7 @@ package pack
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/sandboxd/sandboxd/manifest"
@@ -107,8 +108,18 @@ func newCheck(g guardrailDecl) (Check, error) {
 // input {"config":…,"trace":…}. A config that is not a JSON object, or
 // breaks the schema, is input-validation-failed with Ajv-shaped issues and
 // Kindgi's message: `Check "<id>" config failed validation at <path>:
-// <first message>`. A nil trace is sent as null.
+// <first message>`. A nil trace is sent as null. It validates within the
+// default work budget (manifest.DefaultWorkLimit), with no deadline: a
+// call's config is validated with InputLimited.
 func (c *Check) Input(config, trace json.RawMessage) ([]byte, error) {
+	return c.InputLimited(config, trace, manifest.Work{})
+}
+
+// InputLimited is Input spending at most w on the config's validation
+// (manifest.Schema.ValidateLimited): over w.Limit, input-validation-failed
+// naming the budget; an error from w.Check is returned as is (a
+// *toolerr.Error such as deadline-exceeded or cancelled).
+func (c *Check) InputLimited(config, trace json.RawMessage, w manifest.Work) ([]byte, error) {
 	cfg := bytes.TrimSpace(config)
 	if len(cfg) == 0 || cfg[0] != '{' || !json.Valid(cfg) {
 		return nil, &toolerr.Error{Code: toolerr.InputValidationFailed, ToolID: c.ID,
@@ -116,7 +127,11 @@ func (c *Check) Input(config, trace json.RawMessage) ([]byte, error) {
 			Issues:  []toolerr.Issue{{InstancePath: "", SchemaPath: "#/type", Keyword: "type", Params: map[string]any{"type": "object"}, Message: "must be object"}}}
 	}
 	if c.config != nil {
-		_, issues, err := c.config.Validate(cfg, false)
+		_, issues, err := c.config.ValidateLimited(cfg, false, manifest.DefaultValidationBudget, w)
+		var te *toolerr.Error
+		if errors.As(err, &te) {
+			return nil, te.WithTool(c.ID)
+		}
 		if err != nil {
 			return nil, &toolerr.Error{Code: toolerr.InputValidationFailed, ToolID: c.ID, Err: err,
 				Message: fmt.Sprintf("Check %q config failed validation at /: %v", c.ID, err)}

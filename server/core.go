@@ -271,7 +271,8 @@ func (t *Ticket) Call(ctx context.Context, c Call) (o Outcome) {
 		return fail(toolerr.New(toolerr.ToolNotInPack, "tool %q is not in pack %s", clip(c.Tool), cat.packID).WithTool(c.Tool), nil)
 	}
 	if c.Check {
-		in, err := e.check.Input(c.Config, c.Trace)
+		_, cpu := e.tool.Limits()
+		in, err := e.check.InputLimited(c.Config, c.Trace, callWork(ctx, c.Deadline, cpu))
 		if err != nil {
 			return fail(toolerr.As(err).WithTool(c.Tool), nil)
 		}
@@ -507,6 +508,21 @@ func (e *entry) validated(input []byte, deadline time.Time) []byte {
 		return input
 	}
 	return v
+}
+
+// callWork is the work budget of validating a call's document in the
+// core (a check's config): the tool's cpuMs worth (manifest.WorkLimit),
+// stopped when ctx ends or deadline passes (G01).
+func callWork(ctx context.Context, deadline time.Time, cpuMs int64) manifest.Work {
+	return manifest.Work{Limit: manifest.WorkLimit(cpuMs), Check: func() error {
+		if err := ctx.Err(); err != nil {
+			return toolerr.As(err)
+		}
+		if !time.Now().Before(deadline) {
+			return toolerr.New(toolerr.DeadlineExceeded, "the deadline passed while the check's config was validated")
+		}
+		return nil
+	}}
 }
 
 // guestIdle is how long a guest worker waits for another call before it
