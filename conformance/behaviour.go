@@ -53,17 +53,39 @@ func (o outcome) same(p outcome) bool {
 }
 
 func (r *runner) call(ctx context.Context, t *executor.Tool, c *Case) outcome {
-	d := r.opts.CaseTimeout
-	if c.TimeoutMs > 0 {
-		d = time.Duration(c.TimeoutMs) * time.Millisecond
-	}
-	cctx, cancel := context.WithTimeout(ctx, d)
+	cctx, cancel := context.WithTimeout(ctx, r.caseTimeout(c))
 	defer cancel()
 	res, err := t.Invoke(cctx, executor.Request{Input: c.Input, Context: c.callContext()})
 	if err != nil {
 		return outcome{err: toolerr.As(err)}
 	}
 	return outcome{output: res.Output}
+}
+
+// caseTimeout is case c's deadline, from its start.
+func (r *runner) caseTimeout(c *Case) time.Duration {
+	if c.TimeoutMs > 0 {
+		return time.Duration(c.TimeoutMs) * time.Millisecond
+	}
+	return r.opts.CaseTimeout
+}
+
+// work is the budget of a validation the runner does itself for case c
+// of tool t (its config, its output against the case's schema or the
+// tool's): the tool's cpuMs worth of work (manifest.WorkLimit), stopped
+// when ctx ends or the case's timeout, counted from now, passes (G01).
+func (r *runner) work(ctx context.Context, t *executor.Tool, c *Case) manifest.Work {
+	_, cpu := t.Limits()
+	deadline := time.Now().Add(r.caseTimeout(c))
+	return manifest.Work{Limit: manifest.WorkLimit(cpu), Check: func() error {
+		if err := ctx.Err(); err != nil {
+			return toolerr.As(err)
+		}
+		if !time.Now().Before(deadline) {
+			return toolerr.New(toolerr.DeadlineExceeded, "the case's %v timeout passed while the runner validated", r.caseTimeout(c))
+		}
+		return nil
+	}}
 }
 
 // callCase runs a case: a tool case's input as is; a check case's config
@@ -81,7 +103,7 @@ func (r *runner) callCase(ctx context.Context, t *executor.Tool, chk *pack.Check
 	if len(cfg) == 0 {
 		cfg = json.RawMessage(`{}`)
 	}
-	in, err := chk.Input(cfg, c.Trace)
+	in, err := chk.InputLimited(cfg, c.Trace, r.work(ctx, t, c))
 	if err != nil {
 		return outcome{err: toolerr.As(err)}
 	}
@@ -112,7 +134,7 @@ func (r *runner) behaviour(ctx context.Context, name string, mt *manifest.Tool, 
 				add(check, StatusSkip, "", "the output broke the output schema (see probe output-schema)")
 				continue
 			}
-			if st, code, why := judge(c, out); st == StatusPass {
+			if st, code, why := judge(c, out, r.work(ctx, tool, c)); st == StatusPass {
 				add(check, StatusPass, "", "%s", why)
 			} else {
 				add(check, st, code, "%s", why)
@@ -140,7 +162,7 @@ func (r *runner) behaviour(ctx context.Context, name string, mt *manifest.Tool, 
 	valid := 0
 	for _, rn := range runs {
 		if rn.out.err == nil {
-			if _, err := mt.ValidateOutput(rn.out.output); err != nil {
+			if _, err := mt.ValidateOutputLimited(rn.out.output, manifest.DefaultValidationBudget, r.work(ctx, tool, rn.c)); err != nil {
 				badOutputs = append(badOutputs, fmt.Sprintf("case %s: %s", rn.c.Name, toolerr.As(err).Message))
 				continue
 			}
@@ -231,8 +253,9 @@ func (r *runner) probeConfig(ctx context.Context, tool *executor.Tool, chk *pack
 	add(name, StatusSkip, "", "the configSchema accepts every generated violation (no required property, unknown ones allowed)")
 }
 
-// judge compares a case's outcome with its expectation.
-func judge(c *Case, out outcome) (Status, toolerr.Code, string) {
+// judge compares a case's outcome with its expectation; w bounds the
+// validation of the output against the case's schema.
+func judge(c *Case, out outcome, w manifest.Work) (Status, toolerr.Code, string) {
 	e := c.Expect
 	switch {
 	case e.Error != nil:
@@ -254,8 +277,12 @@ func judge(c *Case, out outcome) (Status, toolerr.Code, string) {
 		}
 		return StatusPass, "", "output equals the expected output"
 	default:
-		if _, issues, err := e.schema.Validate(out.output, false); err != nil || len(issues) > 0 {
+		if _, issues, err := e.schema.ValidateLimited(out.output, false, manifest.DefaultValidationBudget, w); err != nil || len(issues) > 0 {
 			msg := "not JSON"
+			var te *toolerr.Error
+			if errors.Is(err, manifest.ErrWorkBudget) || errors.As(err, &te) {
+				msg = err.Error() // over the work budget, or stopped
+			}
 			if len(issues) > 0 {
 				var parts []string
 				for _, is := range issues {
