@@ -266,8 +266,11 @@ func (inv *invocation) httpClose(h int32) int32 {
 // operator's source) that satisfies its declared schema, unless a `needs`
 // entry names it with optional: true (Kindgi's Need.optional). Failures are
 // input-validation-failed with issues under /ctx/secrets that never carry
-// the value.
-func (inv *invocation) checkSecrets() error {
+// the value. The values' validations share w (the call's deadline and
+// work budget, validate.go; G01), each spending at most its part of
+// w.Limit: over it, input-validation-failed naming the budget; stopped,
+// w.Check's error.
+func (inv *invocation) checkSecrets(w manifest.Work) error {
 	t := inv.tool
 	if len(t.needs.secrets) == 0 || t.m.NeedsSpec == nil {
 		return nil
@@ -284,6 +287,10 @@ func (inv *invocation) checkSecrets() error {
 	}
 	sort.Strings(names)
 	var issues []toolerr.Issue
+	// The values share the call's work budget: each may spend its part.
+	if w.Limit > 0 {
+		w.Limit = max(w.Limit/int64(len(names)), 1)
+	}
 	for _, name := range names {
 		ptr := "/ctx/secrets/" + escapePointer(name)
 		v, ok := inv.secretValue(name)
@@ -300,7 +307,10 @@ func (inv *invocation) checkSecrets() error {
 			return err
 		}
 		doc, _ := json.Marshal(v)
-		_, iss, _ := s.Validate(doc, false)
+		_, iss, err := s.ValidateLimited(doc, false, manifest.DefaultValidationBudget, w)
+		if err := needsStopped(ptr, err); err != nil {
+			return err
+		}
 		for _, is := range iss {
 			// Params may echo parts of the value (const, enum matches):
 			// keep only what the schema says, never the secret.

@@ -226,8 +226,12 @@ func (t *Tool) invoke(ctx context.Context, req *Request, observed *CallContext) 
 	// The context document is made when the guest first reads it
 	// (invocation.contextDoc): most calls never do.
 	inv := &invocation{tool: t, input: input, cc: req.Context, env: env, config: cfgValues, secrets: t.declaredSecrets(req.Context.Secrets), trace: tr}
-	if err := inv.checkSecrets(); err != nil { // before any guest starts
-		return nil, err
+	if len(t.needs.secrets) > 0 { // before any guest starts, metered (G01)
+		scpu, err := t.validating(c, 0, inv.checkSecrets)
+		if err != nil {
+			return nil, err
+		}
+		vcpu += scpu
 	}
 	// A reactor reports its instance acquisition and guest run itself
 	// (reactor.go); for the other kinds the guest stage is the whole run.
