@@ -219,7 +219,16 @@ func (o *OCI) scanLayer(ctx context.Context, src source, l descriptor, comp stri
 		defer zr.Close()
 		r = zr
 	}
-	lim := &io.LimitedReader{R: r, N: maxUnpacked + 1}
+	// As a pack image's layers (packtree.go): the context checked on every
+	// read of the unpacked stream, and the decompression-ratio cap as well
+	// as maxUnpacked.
+	limit, byRatio := unpackCap(l.Size, comp)
+	lim := &layerReader{ctx: ctx, r: r, max: limit, capErr: func() error {
+		if byRatio {
+			return toolerr.New(toolerr.ArtifactRefused, "layer %s unpacks to more than %d bytes, %d times its %d bytes (the decompression-ratio cap)", l.Digest, limit, maxLayerRatio, l.Size)
+		}
+		return toolerr.New(toolerr.ArtifactRefused, "layer %s unpacks to more than %d bytes", l.Digest, limit)
+	}}
 	tr := tar.NewReader(lim)
 	var res scanResult
 	var link string
@@ -269,8 +278,8 @@ func (o *OCI) scanLayer(ctx context.Context, src source, l descriptor, comp stri
 			}
 		}
 	}
-	if lim.N <= 0 {
-		return scanResult{}, toolerr.New(toolerr.ArtifactRefused, "layer %s unpacks to more than %d bytes", l.Digest, int64(maxUnpacked))
+	if lim.err != nil {
+		return scanResult{}, lim.err
 	}
 	// Drain what the tar reader left (padding, gzip trailer) so the
 	// verifier sees the whole blob; only then are the bytes trusted.
