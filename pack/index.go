@@ -177,6 +177,9 @@ func readEntries(ix *Index, index string, files moduleFiles, bm BundleMap) (*Pac
 	p := &Pack{ID: ix.PackID, Version: ix.PackVersion, ArtifactVersion: ix.ArtifactVersion,
 		PublishedAt: ix.PublishedAt, Env: ix.Env, Layout: LayoutIndex}
 	var problems []Problem
+	// One read per file, however many entries name it: an index of up to
+	// MaxFileBytes can name one large module in ~100k entries.
+	files = &sharedFiles{files: files, read1: map[string]sharedRead{}}
 	for i, t := range ix.Tools {
 		src := fmt.Sprintf("%s#/tools/%d", index, i)
 		tool, err := indexTool(files, bm, t, src)
@@ -198,6 +201,31 @@ func readEntries(ix *Index, index string, files moduleFiles, bm BundleMap) (*Pac
 	problems = append(problems, p.finish()...)
 	return p, problems
 }
+
+// sharedFiles reads each file of files once: later reads of the same
+// name (and cap) return the same bytes, or the same error. Readers must not
+// modify the bytes (a pack's modules are read-only).
+type sharedFiles struct {
+	files moduleFiles
+	read1 map[string]sharedRead
+}
+
+type sharedRead struct {
+	max int64
+	b   []byte
+	err error
+}
+
+func (s *sharedFiles) read(name string, max int64) ([]byte, error) {
+	if r, ok := s.read1[name]; ok && r.max == max {
+		return r.b, r.err
+	}
+	b, err := s.files.read(name, max)
+	s.read1[name] = sharedRead{max: max, b: b, err: err}
+	return b, err
+}
+
+func (s *sharedFiles) where(name string) string { return s.files.where(name) }
 
 func indexTool(files moduleFiles, bm BundleMap, t IndexTool, src string) (Tool, error) {
 	wasm, file, err := readModule(files, t.ModulePath, bm)
