@@ -80,6 +80,7 @@ func (abiV1) result(t *reactorHandler, inv *invocation, acct *limits.Account, rc
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
 	if !inv.outputSet {
+		inv.outputUnset = true // named if null fails the output schema
 		return []byte("null"), true, nil
 	}
 	return inv.output, true, nil

@@ -27,7 +27,7 @@ func (t *commandHandler) run(ctx context.Context, inv *invocation, env map[strin
 	acct := limits.NewAccount(t.memLimit)
 	inv.acct = acct
 	if !acct.Reserve(int64(len(inv.input))) {
-		return &runOutcome{err: t.memExceeded(acct.Refused(), fmt.Sprintf("the input (%d bytes) does not fit in memMB %d", len(inv.input), t.limits.memMB))}
+		return &runOutcome{err: t.memExceeded(acct.Refused(), fmt.Sprintf("the input (%s) does not fit in memMB %d", mb(int64(len(inv.input))), t.limits.memMB))}
 	}
 	stdout := &cappedBuffer{acct: acct}
 	stderr := newLineForwarder(t.cfg.guestStderr, t.id, "stderr")

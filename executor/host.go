@@ -78,12 +78,14 @@ type invocation struct {
 	context   []byte // the context document, once contextDoc made it
 	output    []byte
 	outputSet bool
-	declared  *declaredError
-	lastErr   string
-	logLines  int
-	logBytes  int
-	logDrops  int
-	egress    *egressState // the HTTP import's state, from the first http_request
+	// outputUnset: handle returned 0 without output_set (abiV1.result).
+	outputUnset bool
+	declared    *declaredError
+	lastErr     string
+	logLines    int
+	logBytes    int
+	logDrops    int
+	egress      *egressState // the HTTP import's state, from the first http_request
 
 	// Extism plug-ins (abiExtism): the call's kernel, the instance's vars,
 	// the last http_request's status and headers.

@@ -14,7 +14,6 @@ import (
 	"github.com/sandboxd/sandboxd/internal/fuel"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/manifest"
-	"github.com/sandboxd/sandboxd/toolerr"
 )
 
 // reactorHandler runs a reactor: a module instantiated once per instance
@@ -226,8 +225,7 @@ func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[strin
 	inv.acct = in.acct
 	if !in.acct.Reserve(int64(len(inv.input))) {
 		t.retire(in)
-		return &runOutcome{err: toolerr.Limits(&toolerr.LimitsError{Limit: toolerr.LimitMemMB, Declared: t.limits.memMB, Observed: ceilMB(in.acct.Refused())},
-			fmt.Sprintf("the input (%d bytes) does not fit in memMB %d beside the guest's memory", len(inv.input), t.limits.memMB))}
+		return &runOutcome{err: t.memExceeded(in.acct.Refused(), fmt.Sprintf("the input (%s) does not fit in memMB %d beside the guest's memory", mb(int64(len(inv.input))), t.limits.memMB))}
 	}
 	if err := t.abi.begin(t, in, inv); err != nil {
 		t.retire(in)

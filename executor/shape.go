@@ -77,7 +77,7 @@ func checkMinimumMemory(cm wazero.CompiledModule, parsed *wasmbin.Module, memLim
 	need := int64(memMin*limits.PageSize + tableMin*tableElemBytes)
 	if need > memLimit {
 		return toolerr.Limits(&toolerr.LimitsError{Limit: toolerr.LimitMemMB, Declared: memMB, Observed: ceilMB(need)},
-			fmt.Sprintf("the module's declared minimum memory and tables (%d bytes) exceed memMB %d; refused before running", need, memMB))
+			fmt.Sprintf("the module's declared minimum memory and tables (%s) exceed memMB %d; refused before running; raise limits.memMB in the manifest to %d or more", mb(need), memMB, ceilMB(need)))
 	}
 	return nil
 }

@@ -115,6 +115,13 @@ type Request struct {
 	// requests (trace.go); nil costs nothing.
 	Tracer Tracer
 
+	// Timeout and TimeoutSource name the call's deadline in a
+	// deadline-exceeded message (DeadlineMessage); they do not set it (the
+	// context does). Zero: the executor's default timeout, or the
+	// caller's context when it has a deadline.
+	Timeout       time.Duration
+	TimeoutSource TimeoutSource
+
 	validated json.RawMessage // set once the input validated
 }
 
@@ -155,7 +162,7 @@ func (t *Tool) Invoke(ctx context.Context, req Request) (*Result, error) {
 	// Without an observer nothing keeps req: it stays on the stack.
 	start := time.Now()
 	res, err := t.invoke(ctx, &req, nil)
-	return t.finish(res, err, start)
+	return t.finish(ctx, &req, res, err, start)
 }
 
 // invokeObserved is Invoke with the lifecycle events.
@@ -166,7 +173,7 @@ func (t *Tool) invokeObserved(ctx context.Context, req Request) (*Result, error)
 	}
 	t.observe(CallEvent{Phase: PhasePending, CallID: req.CallID, Context: &req.Context})
 	res, err := t.invoke(ctx, &req, &req.Context)
-	res, err = t.finish(res, err, start)
+	res, err = t.finish(ctx, &req, res, err, start)
 	if err != nil {
 		t.observe(CallEvent{Phase: PhaseFailed, CallID: req.CallID, Context: &req.Context, Input: req.validated, Result: res, Err: err})
 		return res, err
@@ -175,13 +182,18 @@ func (t *Tool) invokeObserved(ctx context.Context, req Request) (*Result, error)
 	return res, nil
 }
 
-// finish sets the call's wall time and names the tool in its error.
-func (t *Tool) finish(res *Result, err error, start time.Time) (*Result, error) {
+// finish sets the call's wall time and names the tool in its error; a
+// deadline-exceeded error gets DeadlineMessage's wording.
+func (t *Tool) finish(ctx context.Context, req *Request, res *Result, err error, start time.Time) (*Result, error) {
 	if res != nil {
 		res.Usage.WallMs = round3(float64(time.Since(start)) / float64(time.Millisecond))
 	}
 	if err != nil {
-		return res, toolerr.As(err).WithTool(t.ID())
+		te := toolerr.As(err)
+		if te.Code == toolerr.DeadlineExceeded {
+			te = t.deadlineError(te, ctx, req)
+		}
+		return res, te.WithTool(t.ID())
 	}
 	return res, nil
 }
@@ -257,6 +269,9 @@ func (t *Tool) invoke(ctx context.Context, req *Request, observed *CallContext) 
 	}
 	res.Usage.CPUMs = cpuMs(out.cpu + vcpu + ocpu)
 	if err != nil {
+		if te := toolerr.As(err); te.Code == toolerr.OutputValidationFailed && inv.outputUnset {
+			te.Message = "the handler returned 0 without calling output_set, so its output is null: " + te.Message
+		}
 		return res, err
 	}
 	if err := c.Err(); err != nil {

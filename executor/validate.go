@@ -90,9 +90,7 @@ func (t *Tool) validateOutput(c context.Context, output []byte, budget int64, gu
 	})
 	if errors.Is(err, errValidationCPU) {
 		used := guest + cpu
-		err = toolerr.Limits(&toolerr.LimitsError{Limit: toolerr.LimitCPUMs, Declared: t.limits.cpuMs, Observed: used.Milliseconds()},
-			fmt.Sprintf("the guest used %d ms of CPU time and validating its output %d ms more, over its cpuMs limit of %d",
-				guest.Milliseconds(), cpu.Milliseconds(), t.limits.cpuMs))
+		err = t.cpuExceeded(used, fmt.Sprintf("the guest (%d ms) and validating its output (%d ms)", guest.Milliseconds(), cpu.Milliseconds()))
 	}
 	return out, cpu, err
 }

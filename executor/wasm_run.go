@@ -128,21 +128,20 @@ func (inv *invocation) declaredFailure(fallback string) *toolerr.Error {
 }
 
 func (t *toolEnv) memExceeded(refused int64, msg string) error {
-	return toolerr.Limits(&toolerr.LimitsError{Limit: toolerr.LimitMemMB, Declared: t.limits.memMB, Observed: ceilMB(refused)}, msg)
+	return toolerr.Limits(&toolerr.LimitsError{Limit: toolerr.LimitMemMB, Declared: t.limits.memMB, Observed: ceilMB(refused)}, msg+t.raiseHint(toolerr.LimitMemMB))
 }
 
 // classify maps an error from running guest code to a native error.
 func (t *toolEnv) classify(ctx context.Context, inv *invocation, err, cause error, acct *limits.Account, cpu time.Duration, stderrTail, entry string) error {
 	if errors.Is(cause, errCPUExceeded) {
-		return toolerr.Limits(&toolerr.LimitsError{Limit: toolerr.LimitCPUMs, Declared: t.limits.cpuMs, Observed: cpu.Milliseconds()},
-			fmt.Sprintf("the guest used %d ms of CPU time, over its cpuMs limit of %d", cpu.Milliseconds(), t.limits.cpuMs))
+		return t.cpuExceeded(cpu, "the guest")
 	}
 	if r := acct.Refused(); r > 0 {
 		what := "memory growth past the memMB cap was refused and the guest then failed"
 		if errors.Is(cause, errOutputCap) {
 			what = "the guest's output passed the memMB cap"
 		}
-		return t.memExceeded(r, fmt.Sprintf("%s (memMB %d, the guest needed at least %d bytes)", what, t.limits.memMB, r))
+		return t.memExceeded(r, fmt.Sprintf("%s (memMB %d, the guest needed at least %s)", what, t.limits.memMB, mb(r)))
 	}
 	ctxErr := ctx.Err()
 	if d, ok := ctx.Deadline(); ok && ctxErr == nil && !time.Now().Before(d) {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -32,6 +33,9 @@ const (
 	// server.MaxTimeout).
 	MetaTimeoutMs = "io.github.sandboxd/timeoutMs"
 )
+
+// metaTimeoutSource names MetaTimeoutMs in a deadline-exceeded message.
+const metaTimeoutSource = `_meta "` + MetaTimeoutMs + `"`
 
 // JSON-RPC error codes sandboxd answers besides the standard ones.
 const (
@@ -192,9 +196,18 @@ func errorText(te *toolerr.Error) string {
 			loc = "/"
 		}
 		fmt.Fprintf(&b, "\n- at %s: %s", loc, is.Message)
+		for _, k := range issueProperties {
+			if name, ok := is.Params[k].(string); ok && !strings.Contains(is.Message, "'"+name+"'") && !strings.Contains(is.Message, strconv.Quote(name)) {
+				fmt.Fprintf(&b, " (%s %q)", k, name)
+			}
+		}
 	}
 	return b.String()
 }
+
+// issueProperties are the Ajv params that name a property: an issue line
+// names it, so "must NOT have additional properties" says which.
+var issueProperties = []string{"additionalProperty", "missingProperty", "propertyName"}
 
 func isObject(b json.RawMessage) bool {
 	for _, c := range b {

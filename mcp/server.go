@@ -157,7 +157,7 @@ func (s *Server) callTool(ctx context.Context, req *sdk.CallToolRequest) (*sdk.C
 	} else if !isObject(args) {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "tools/call arguments must be an object"}
 	}
-	timeout := server.DefaultTimeout
+	timeout, timeoutSrc := server.DefaultTimeout, executor.TimeoutSource{}
 	meta := p.GetMeta()
 	if v, ok := meta[MetaTimeoutMs]; ok {
 		ms, err := strconv.ParseInt(fmt.Sprint(v), 10, 64)
@@ -165,6 +165,7 @@ func (s *Server) callTool(ctx context.Context, req *sdk.CallToolRequest) (*sdk.C
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "_meta[\"" + MetaTimeoutMs + "\"] must be a positive integer"}
 		}
 		timeout = min(time.Duration(ms)*time.Millisecond, server.MaxTimeout)
+		timeoutSrc = executor.TimeoutSource{Name: metaTimeoutSource, Requested: ms}
 	}
 	tenant := s.opts.TenantID
 	tp, _ := meta["traceparent"].(string)
@@ -181,7 +182,7 @@ func (s *Server) callTool(ctx context.Context, req *sdk.CallToolRequest) (*sdk.C
 	}
 	traceID, spanID := server.ParseTraceparent(tp)
 	c := server.Call{
-		Tool: p.Name, Input: args, Start: start, Deadline: start.Add(timeout),
+		Tool: p.Name, Input: args, Start: start, Deadline: start.Add(timeout), TimeoutSource: timeoutSrc,
 		Context: executor.CallContext{TenantID: tenant, RunID: s.runID},
 		TraceID: traceID, SpanID: spanID,
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,7 +36,15 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 	w := &lockedWriter{w: out}
 	pr, pw := io.Pipe()
 	var unanswered atomic.Int64 // calls read from stdin minus answers the SDK wrote
-	go filterLines(in, pw, w, server.MaxBodyBytes, &unanswered)
+	// At the end of stdin the calls already read are answered before the
+	// session closes, for up to the drain timeout (printf … | sandboxd mcp).
+	go func() {
+		filterLines(in, pw, w, server.MaxBodyBytes, &unanswered)
+		for end := time.Now().Add(s.core.DrainTimeout()); unanswered.Load() > 0 && time.Now().Before(end) && sctx.Err() == nil; {
+			time.Sleep(time.Millisecond)
+		}
+		_ = pw.CloseWithError(io.EOF)
+	}()
 	t := &sdk.IOTransport{Reader: pr, Writer: answerCounter{w, &unanswered}, MaxLineLength: server.MaxBodyBytes + 1}
 	ss, err := s.sdk.Connect(sctx, t, nil)
 	if err != nil {
@@ -66,7 +75,7 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 }
 
 // filterLines copies the JSON-RPC messages of in to pw, one per line, and
-// answers every other line on w. It closes pw when in ends.
+// answers every other line on w, until in ends (the caller closes pw).
 func filterLines(in io.Reader, pw *io.PipeWriter, w io.Writer, maxLine int, calls *atomic.Int64) {
 	br := bufio.NewReaderSize(in, 64<<10)
 	var line []byte
@@ -100,7 +109,6 @@ func filterLines(in io.Reader, pw *io.PipeWriter, w io.Writer, maxLine int, call
 		}
 		line = line[:0]
 		if err != nil {
-			_ = pw.CloseWithError(io.EOF)
 			return
 		}
 	}
@@ -167,18 +175,40 @@ type answerCounter struct {
 }
 
 func (a answerCounter) Write(p []byte) (int, error) {
-	n, err := a.w.Write(p)
+	out := p
 	for line := range bytes.SplitSeq(p, []byte{'\n'}) {
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
 		if m, derr := jsonrpc.DecodeMessage(line); derr == nil {
-			if _, ok := m.(*jsonrpc.Response); ok {
+			if r, ok := m.(*jsonrpc.Response); ok {
 				a.n.Add(-1)
+				if b, ok := withoutCodeZero(r); ok {
+					out = bytes.Replace(out, line, b, 1)
+				}
 			}
 		}
 	}
-	return n, err
+	if _, err := a.w.Write(out); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// withoutCodeZero re-encodes a response whose error has JSON-RPC code 0
+// (the go-sdk's answer to a call before initialize, a plain Go error) as
+// -32600 Invalid Request with a hint; ok is false for any other response.
+func withoutCodeZero(r *jsonrpc.Response) ([]byte, bool) {
+	var we *jsonrpc.Error
+	if r.Error == nil || !errors.As(r.Error, &we) || we.Code != 0 {
+		return nil, false
+	}
+	msg := we.Message
+	if strings.Contains(msg, "during session initialization") {
+		msg += ": send initialize (and notifications/initialized) first"
+	}
+	b, err := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: r.ID, Error: &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: msg}})
+	return b, err == nil
 }
 
 func (a answerCounter) Close() error { return a.w.Close() }

@@ -85,6 +85,9 @@ type Call struct {
 	// Deadline bounds queueing and running; zero means Start+DefaultTimeout.
 	// The call's context (its cancellation) is the ctx given to Call.
 	Deadline time.Time
+	// TimeoutSource names what set Deadline (kindgi-timeout-ms, an MCP
+	// _meta key; zero: the default) in a deadline-exceeded message.
+	TimeoutSource executor.TimeoutSource
 	// TraceID and SpanID join the call record (from a W3C traceparent;
 	// see ParseTraceparent).
 	TraceID, SpanID string
@@ -264,11 +267,11 @@ func (t *Ticket) Call(ctx context.Context, c Call) (o Outcome) {
 	}
 	if !ok && c.Check {
 		out.entry = nil
-		return fail(toolerr.New(toolerr.ToolNotInPack, "This pack has no check %q", clip(c.Tool)).WithTool(c.Tool), nil)
+		return fail(toolerr.New(toolerr.ToolNotInPack, "This pack has no check %q%s", clip(c.Tool), notInPackHint(c.Tool, cat.checkOrder)).WithTool(c.Tool), nil)
 	}
 	if !ok {
 		out.entry = nil
-		return fail(toolerr.New(toolerr.ToolNotInPack, "tool %q is not in pack %s", clip(c.Tool), cat.packID).WithTool(c.Tool), nil)
+		return fail(toolerr.New(toolerr.ToolNotInPack, "tool %q is not in pack %s%s", clip(c.Tool), cat.packID, notInPackHint(c.Tool, cat.order)).WithTool(c.Tool), nil)
 	}
 	if c.Check {
 		_, cpu := e.tool.Limits()
@@ -305,7 +308,7 @@ func (t *Ticket) Call(ctx context.Context, c Call) (o Outcome) {
 		return Outcome{Refused: refused, RetryAfter: retry}
 	case qerr == nil:
 	case errors.Is(qerr, context.DeadlineExceeded):
-		return fail(toolerr.New(toolerr.DeadlineExceeded, "the %d ms deadline passed while the call waited for a slot", timeout.Milliseconds()).WithTool(c.Tool), nil)
+		return fail(toolerr.New(toolerr.DeadlineExceeded, "%s while it waited for a slot", executor.DeadlineMessage(timeout, c.TimeoutSource)).WithTool(c.Tool), nil)
 	default:
 		out.Gone = true
 		return fail(toolerr.New(toolerr.Cancelled, "the caller went away while the call waited for a slot").WithTool(c.Tool), nil)
@@ -355,7 +358,7 @@ func (t *Ticket) Call(ctx context.Context, c Call) (o Outcome) {
 				s.activeGuests.Add(-1)
 				s.guests.Done()
 			}()
-			r.res, r.err = e.tool.Invoke(ctx, executor.Request{CallID: callID, Input: c.Input, Context: c.Context, Tracer: tracer})
+			r.res, r.err = e.tool.Invoke(ctx, executor.Request{CallID: callID, Input: c.Input, Context: c.Context, Tracer: tracer, Timeout: timeout, TimeoutSource: c.TimeoutSource})
 		}()
 		done <- r
 	})
@@ -364,7 +367,7 @@ func (t *Ticket) Call(ctx context.Context, c Call) (o Outcome) {
 	case r = <-done:
 	case <-ctx.Done():
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return fail(toolerr.New(toolerr.DeadlineExceeded, "the %d ms deadline passed before the handler finished", timeout.Milliseconds()).WithTool(c.Tool), nil)
+			return fail(toolerr.New(toolerr.DeadlineExceeded, "%s", executor.DeadlineMessage(timeout, c.TimeoutSource)).WithTool(c.Tool), nil)
 		}
 		// The caller went away: the guest is being cancelled; wait for it
 		// to stop so that the record carries what it used.

@@ -135,3 +135,6 @@ func trimNL(p []byte) []byte {
 	}
 	return p
 }
+
+// DrainTimeout is how long a drain waits for calls in flight (Options.DrainTimeout).
+func (s *Server) DrainTimeout() time.Duration { return s.opts.DrainTimeout }

@@ -596,19 +596,21 @@ func (s *Server) handleMetrics(w http.ResponseWriter, _ *http.Request) {
 }
 
 // parseTimeout reads kindgi-timeout-ms: a positive integer of
-// milliseconds; absent or invalid means DefaultTimeout.
-func parseTimeout(h string) time.Duration {
+// milliseconds; absent or invalid means DefaultTimeout. src names it for
+// the deadline-exceeded message.
+func parseTimeout(h string) (d time.Duration, src executor.TimeoutSource) {
 	if h == "" {
-		return DefaultTimeout
+		return DefaultTimeout, executor.TimeoutSource{}
 	}
 	n, err := strconv.ParseInt(h, 10, 64)
 	if err != nil || n <= 0 {
-		return DefaultTimeout
+		return DefaultTimeout, executor.TimeoutSource{}
 	}
+	src = executor.TimeoutSource{Name: HeaderTimeout, Requested: n}
 	if n > int64(MaxTimeout/time.Millisecond) {
-		return MaxTimeout
+		return MaxTimeout, src
 	}
-	return time.Duration(n) * time.Millisecond
+	return time.Duration(n) * time.Millisecond, src
 }
 
 var traceparentRE = regexp.MustCompile(`^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$`)
@@ -733,7 +735,7 @@ func (s *Server) internal(w http.ResponseWriter, artifactVersion string, err err
 // the core (Ticket.Call) and renders the Outcome.
 func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	timeout := parseTimeout(r.Header.Get(HeaderTimeout))
+	timeout, timeoutSrc := parseTimeout(r.Header.Get(HeaderTimeout))
 	deadline := start.Add(timeout)
 
 	// The ticket is held until the answer is written, so a drain waits for
@@ -797,7 +799,7 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		case errors.Is(err, errTooLarge) || errors.As(err, &mbe):
 			refuseTooLarge(w, r)
 		case byCall && (errors.Is(err, os.ErrDeadlineExceeded) || !time.Now().Before(deadline)):
-			s.answer(w, s.artifactVersion(), start, protoErr(WireDeadlineExceeded, "the %d ms deadline passed while the request body was still arriving", timeout.Milliseconds()), nil, "")
+			s.answer(w, s.artifactVersion(), start, protoErr(WireDeadlineExceeded, "%s while the request body was still arriving", executor.DeadlineMessage(timeout, timeoutSrc)), nil, "")
 		case errors.Is(err, os.ErrDeadlineExceeded) || !time.Now().Before(bodyBy):
 			s.answer(w, s.artifactVersion(), start, protoErr(WireDeadlineExceeded, "the request body did not arrive within %d ms (the body deadline)", s.opts.BodyTimeout.Milliseconds()), nil, "")
 		default:
@@ -824,7 +826,7 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 	}
 	o := ticket.Call(r.Context(), Call{
 		Tool: inv.toolID, Version: inv.toolVersion, HasVersion: inv.hasVersion,
-		Input: inv.input, Context: inv.ctx, Start: start, Deadline: deadline,
+		Input: inv.input, Context: inv.ctx, Start: start, Deadline: deadline, TimeoutSource: timeoutSrc,
 		TraceID: traceID, SpanID: spanID, Release: releaseBody,
 		Check: inv.check, Config: inv.config, Trace: inv.trace,
 	})

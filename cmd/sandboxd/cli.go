@@ -269,7 +269,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err != nil {
 		return emit(stdout, stderr, nil, err)
 	}
-	res, err := tool.Invoke(callCtx, executor.Request{Input: input, Context: cc})
+	res, err := tool.Invoke(callCtx, executor.Request{Input: input, Context: cc, Timeout: *timeout, TimeoutSource: executor.TimeoutSource{Name: "--timeout"}})
 	return emit(stdout, stderr, res, err)
 }
 
