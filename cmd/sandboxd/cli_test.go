@@ -164,6 +164,10 @@ func TestRunTimeoutFlag(t *testing.T) {
 	if code != 1 || env["code"] != "deadline-exceeded" {
 		t.Fatalf("exit %d envelope %v", code, env)
 	}
+	// Golden text: the deadline's length and the flag that set it.
+	if want := "the call ran past its 150ms deadline (--timeout)"; env["message"] != want {
+		t.Fatalf("message\n got %q\nwant %q", env["message"], want)
+	}
 }
 
 func TestRunInvalidManifestIsEnvelope(t *testing.T) {
