@@ -4,108 +4,41 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 
 	"github.com/sandboxd/sandboxd/executor"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest/exectest"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
 
-// fixture returns the absolute path of a built test module.
+func TestMain(m *testing.M) { sandboxtest.Main(m) }
+
+// fixture returns the absolute path of a built test module (skipped under
+// -short when over 1 MiB: sandboxtest.Fixture).
 func fixture(t testing.TB, name string) string {
 	t.Helper()
-	p, err := filepath.Abs(filepath.Join("..", "testdata", "wasm", name+".wasm"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fi, err := os.Stat(p)
-	if err != nil {
-		t.Fatalf("fixture %s: %v (run make wasm)", name, err)
-	}
-	skipShortGoGuest(t, name, fi.Size())
+	p, _ := sandboxtest.Fixture(t, name)
 	return p
-}
-
-// skipShortGoGuest skips t under -short when the fixture is a multi-MB
-// standard-Go guest: compiling one takes seconds, so these tests run only in
-// the full (CI) run. Every fixture is loaded through fixture, so this is the
-// one place -short decides it.
-func skipShortGoGuest(t testing.TB, name string, size int64) {
-	t.Helper()
-	if testing.Short() && size > 1<<20 {
-		t.Skip("-short: loads a guest over 1 MiB (" + name + ", a standard-Go build or the like); compiling it takes seconds")
-	}
 }
 
 // manifestFor builds a manifest for a fixture; edit adjusts it.
 func manifestFor(t testing.TB, name string, edit func(m map[string]any)) []byte {
 	t.Helper()
-	m := map[string]any{
-		"id":              "test." + strings.ReplaceAll(name, "_", "-"),
-		"description":     "fixture " + name,
-		"version":         "1.0.0",
-		"input":           map[string]any{"type": "object"},
-		"output":          map[string]any{},
-		"codeArtifactRef": map[string]any{"kind": "filesystem", "modulePath": fixture(t, name)},
-		"limits":          map[string]any{"memMB": 64, "cpuMs": 5000},
-	}
-	if edit != nil {
-		edit(m)
-	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return exectest.Manifest(t, name, edit)
 }
 
-var sharedCache = struct {
-	once sync.Once
-	dir  string
-}{}
-
-// newExecutor returns a dev-mode executor sharing one on-disk compilation
-// cache across the package's tests (so each module compiles once per run).
+// newExecutor returns a dev-mode executor sharing the test binary's
+// compilation cache (so each module compiles once per run).
 func newExecutor(t testing.TB, cfg ...func(executor.Config) executor.Config) *executor.Executor {
 	t.Helper()
-	sharedCache.once.Do(func() {
-		d, err := os.MkdirTemp("", "sandboxd-test-cache-")
-		if err != nil {
-			panic(err)
-		}
-		sharedCache.dir = d
-	})
-	c := executor.NewConfig().WithDevMode(true).WithCacheDir(sharedCache.dir).WithGuestOutput(nil, nil)
-	for _, f := range cfg {
-		c = f(c)
-	}
-	e, err := executor.New(context.Background(), c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Close(context.Background()) })
-	return e
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if sharedCache.dir != "" {
-		os.RemoveAll(sharedCache.dir)
-	}
-	os.Exit(code)
+	dev := func(c executor.Config) executor.Config { return c.WithDevMode(true).WithGuestOutput(nil, nil) }
+	return exectest.Executor(t, append([]func(executor.Config) executor.Config{dev}, cfg...)...)
 }
 
 func load(t testing.TB, e *executor.Executor, name string, edit func(m map[string]any)) *executor.Tool {
 	t.Helper()
-	tool, err := e.Load(context.Background(), manifestFor(t, name, edit))
-	if err != nil {
-		t.Fatalf("load %s: %v", name, err)
-	}
-	t.Cleanup(func() { _ = tool.Close(context.Background()) })
-	return tool
+	return exectest.Load(t, e, manifestFor(t, name, edit))
 }
 
 func invoke(t testing.TB, tool *executor.Tool, input string) (*executor.Result, error) {

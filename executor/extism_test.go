@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/executor"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
 
@@ -47,7 +48,7 @@ func extismPlugin(t testing.TB, name string) []byte {
 	if err == nil {
 		var b []byte
 		if b, err = os.ReadFile(filepath.Join(dir, name)); err == nil {
-			skipShortGoGuest(t, name, int64(len(b)))
+			sandboxtest.SkipShort(t, name, int64(len(b)))
 			return b
 		}
 	}
