@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/examples"
 	"github.com/sandboxd/sandboxd/executor"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/pack"
 	"github.com/sandboxd/sandboxd/server"
 )
@@ -230,7 +231,7 @@ func TestIndexChecks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	skipShortGoGuest(t, "checks_reactor", len(checks))
+	sandboxtest.SkipShort(t, "checks_reactor", int64(len(checks)))
 	guardrails := []any{
 		map[string]any{"id": "acme.response-not-empty", "kind": "zero-llm", "action": map[string]any{"on-violation": "halt"},
 			"checkModulePath": "guardrails/min-length/index.ts", "checkId": "acme.checks.min-length",

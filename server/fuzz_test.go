@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sandboxd/sandboxd/executor"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/server"
 )
 
@@ -25,7 +26,7 @@ func FuzzInvokeFrame(f *testing.F) {
 	} {
 		f.Add(s)
 	}
-	exec, err := executor.New(context.Background(), executor.NewConfig().WithCacheDir(sharedCache(f)))
+	exec, err := executor.New(context.Background(), executor.NewConfig().WithCacheDir(sandboxtest.CacheDir(f)))
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +18,8 @@ import (
 
 	"github.com/sandboxd/sandboxd/examples"
 	"github.com/sandboxd/sandboxd/executor"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest/exectest"
 	"github.com/sandboxd/sandboxd/server"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
@@ -29,8 +30,6 @@ var (
 	schemaOnce sync.Once
 	schemas    map[string]*jsonschema.Schema
 	schemaErr  error
-	cacheOnce  sync.Once
-	cacheDir   string
 )
 
 // protocolSchema returns the pack-protocol schema's response and info
@@ -83,44 +82,14 @@ func validate(t testing.TB, def string, body []byte) {
 	}
 }
 
-func sharedCache(t testing.TB) string {
-	cacheOnce.Do(func() {
-		d, err := os.MkdirTemp("", "sandboxd-server-cache-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		cacheDir = d
-	})
-	return cacheDir
-}
+func TestMain(m *testing.M) { sandboxtest.Main(m) }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if cacheDir != "" {
-		os.RemoveAll(cacheDir)
-	}
-	os.Exit(code)
-}
-
+// fixture returns the bytes of a built test module (skipped under -short
+// when over 1 MiB: sandboxtest.Fixture).
 func fixture(t testing.TB, name string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "testdata", "wasm", name+".wasm"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	skipShortGoGuest(t, name, len(b))
+	_, b := sandboxtest.Fixture(t, name)
 	return b
-}
-
-// skipShortGoGuest skips t under -short when the fixture is a multi-MB
-// standard-Go guest: compiling one takes seconds, so these tests run only in
-// the full (CI) run. Fixtures are loaded through fixture, so this is the one
-// place -short decides it.
-func skipShortGoGuest(t testing.TB, name string, size int) {
-	t.Helper()
-	if testing.Short() && size > 1<<20 {
-		t.Skip("-short: loads a guest over 1 MiB (" + name + ", a standard-Go build or the like); compiling it takes seconds")
-	}
 }
 
 // tool builds a manifest for a fixture.
@@ -211,14 +180,13 @@ func (s *syncBuffer) records(t testing.TB, kind string) []map[string]any {
 	return out
 }
 
+// newExecutor returns an executor of cfg sharing the test binary's
+// compilation cache and discarding guest output.
 func newExecutor(t testing.TB, cfg executor.Config) *executor.Executor {
 	t.Helper()
-	exec, err := executor.New(context.Background(), cfg.WithCacheDir(sharedCache(t)).WithGuestOutput(io.Discard, io.Discard))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { exec.Close(context.Background()) })
-	return exec
+	return exectest.Executor(t, func(executor.Config) executor.Config {
+		return cfg.WithCacheDir(sandboxtest.CacheDir(t)).WithGuestOutput(io.Discard, io.Discard)
+	})
 }
 
 func start(t testing.TB, src server.Source, opts server.Options) *testServer {
