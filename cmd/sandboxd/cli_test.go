@@ -21,39 +21,21 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/sandboxd/sandboxd/examples"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 )
 
 // runCLI runs the CLI with a private compilation cache.
 func runCLI(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	if len(args) > 0 && args[0] == "run" {
-		args = append([]string{"run", "--cache-dir", cacheDir(t)}, args[1:]...)
+		args = append([]string{"run", "--cache-dir", sandboxtest.CacheDir(t)}, args[1:]...)
 	}
 	var out, errb bytes.Buffer
 	code = run(context.Background(), args, strings.NewReader(stdin), &out, &errb)
 	return code, out.String(), errb.String()
 }
 
-var testCache string
-
-func cacheDir(t *testing.T) string {
-	if testCache == "" {
-		d, err := os.MkdirTemp("", "sandboxd-cli-cache-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		testCache = d
-	}
-	return testCache
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if testCache != "" {
-		os.RemoveAll(testCache)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { sandboxtest.Main(m) }
 
 // envelope decodes stdout, which must be exactly one JSON document.
 func envelope(t *testing.T, stdout string) map[string]any {
@@ -69,17 +51,6 @@ func envelope(t *testing.T, stdout string) map[string]any {
 	return env
 }
 
-// skipShortGoGuest skips t under -short when the guest it runs is over
-// 1 MiB (a standard-Go build: the bundled example, the sample pack's echo,
-// the checks guardrail): compiling one takes seconds, so these tests run
-// only in the full (CI) run.
-func skipShortGoGuest(t *testing.T, name string, size int64) {
-	t.Helper()
-	if testing.Short() && size > 1<<20 {
-		t.Skip("-short: runs a guest over 1 MiB (" + name + ", a standard-Go build); compiling it takes seconds")
-	}
-}
-
 func writeManifest(t *testing.T, fixture string, extra map[string]any) string {
 	t.Helper()
 	wasm, err := filepath.Abs(filepath.Join("..", "..", "testdata", "wasm", fixture+".wasm"))
@@ -87,7 +58,7 @@ func writeManifest(t *testing.T, fixture string, extra map[string]any) string {
 		t.Fatal(err)
 	}
 	if fi, err := os.Stat(wasm); err == nil {
-		skipShortGoGuest(t, fixture, fi.Size())
+		sandboxtest.SkipShort(t, fixture, fi.Size())
 	}
 	m := map[string]any{
 		"id": "cli." + fixture, "description": "cli test", "version": "1.0.0",
@@ -106,7 +77,7 @@ func writeManifest(t *testing.T, fixture string, extra map[string]any) string {
 }
 
 func TestRunBundledExample(t *testing.T) {
-	skipShortGoGuest(t, "examples/echo/handler.wasm", int64(len(examples.EchoWasm)))
+	sandboxtest.SkipShort(t, "examples/echo/handler.wasm", int64(len(examples.EchoWasm)))
 	code, stdout, stderr := runCLI(t, "", "run")
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %s, stdout %s", code, stderr, stdout)
@@ -357,7 +328,7 @@ func (w *cliLockedBuffer) String() string {
 // index; every tool answers, /v1/info names the index's pack, and the
 // routes' token rules are those docs/http.md states.
 func TestServeIndexExample(t *testing.T) {
-	skipShortGoGuest(t, "examples/echo/handler.wasm", int64(len(examples.EchoWasm)))
+	sandboxtest.SkipShort(t, "examples/echo/handler.wasm", int64(len(examples.EchoWasm)))
 	t.Setenv(tokenEnv, "dev-token")
 	t.Setenv("PORT", "0")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -365,7 +336,7 @@ func TestServeIndexExample(t *testing.T) {
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--index", filepath.Join("..", "..", "examples", "index", "index.json"),
-			"--module-root", filepath.Join("..", "..", "examples"), "--cache-dir", cacheDir(t)}, strings.NewReader(""), &stdout, &stderr)
+			"--module-root", filepath.Join("..", "..", "examples"), "--cache-dir", sandboxtest.CacheDir(t)}, strings.NewReader(""), &stdout, &stderr)
 	}()
 	defer func() {
 		cancel()

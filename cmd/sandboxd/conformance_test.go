@@ -11,10 +11,11 @@ import (
 
 	"github.com/sandboxd/sandboxd/examples"
 	"github.com/sandboxd/sandboxd/internal/registrytest"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 )
 
 func TestConformanceSamplePackExit0(t *testing.T) {
-	skipShortGoGuest(t, "examples/echo/handler.wasm", int64(len(examples.EchoWasm)))
+	sandboxtest.SkipShort(t, "examples/echo/handler.wasm", int64(len(examples.EchoWasm)))
 	dir := t.TempDir()
 	junit, js := filepath.Join(dir, "report.xml"), filepath.Join(dir, "report.json")
 	code, stdout, stderr := runCLI(t, "", "conformance", "../../examples/pack", "--junit", junit, "--json", js,
@@ -197,7 +198,7 @@ func TestConformanceIndexPack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	skipShortGoGuest(t, "pack/testdata/checks_reactor.wasm", int64(len(mod)))
+	sandboxtest.SkipShort(t, "pack/testdata/checks_reactor.wasm", int64(len(mod)))
 	_ = os.MkdirAll(filepath.Join(dir, "dist", "guardrails"), 0o755)
 	if err := os.WriteFile(filepath.Join(dir, "dist", "guardrails", "checks.wasm"), mod, 0o644); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 )
 
 // Extism plug-ins under `sandboxd serve` (the real binary, the pack
@@ -132,7 +134,7 @@ func TestServeExtismPlugins(t *testing.T) {
 	writeJSON(t, filepath.Join(tools, "count-vowels.tool.json"), manifest("extism.count-vowels", "count_vowels.wasm#count_vowels", map[string]any{"type": "object"}))
 	writeJSON(t, filepath.Join(tools, "fail.tool.json"), manifest("extism.fail", "fail.wasm", map[string]any{}))
 
-	p := startServe(t, "--tools", tools, "--dev", "--cache-dir", cacheDir(t), "--addr", "127.0.0.1:0")
+	p := startServe(t, "--tools", tools, "--dev", "--cache-dir", sandboxtest.CacheDir(t), "--addr", "127.0.0.1:0")
 	invoke := invoker(t, p)
 	for _, input := range []string{`"hello world"`, `"bbba"`} {
 		want := map[string]string{
@@ -165,7 +167,7 @@ func TestServeExtismPlugins(t *testing.T) {
 	// A plug-in that needs an Extism host function is refused at boot.
 	copyFile(t, goSDKPlugin(t, "host.wasm"), filepath.Join(tools, "host.wasm"))
 	writeJSON(t, filepath.Join(tools, "host.tool.json"), manifest("extism.host", "host.wasm", map[string]any{}))
-	cmd := exec.Command(sandboxdBinary(t), "serve", "--tools", tools, "--dev", "--cache-dir", cacheDir(t), "--addr", "127.0.0.1:0")
+	cmd := exec.Command(sandboxdBinary(t), "serve", "--tools", tools, "--dev", "--cache-dir", sandboxtest.CacheDir(t), "--addr", "127.0.0.1:0")
 	cmd.Env = append(os.Environ(), tokenEnv+"=tok-123")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -224,7 +226,7 @@ func TestServeExtismIndexEntries(t *testing.T) {
 	writeJSON(t, filepath.Join(root, "bundle-map.json"), map[string]string{"src/two.ts": "bundled/two.wasm"})
 
 	p := startServe(t, "--index", filepath.Join(dir, "index.json"), "--module-root", root,
-		"--bundle-map", filepath.Join(root, "bundle-map.json"), "--cache-dir", cacheDir(t), "--addr", "127.0.0.1:0")
+		"--bundle-map", filepath.Join(root, "bundle-map.json"), "--cache-dir", sandboxtest.CacheDir(t), "--addr", "127.0.0.1:0")
 	invoke := invoker(t, p)
 	for _, tc := range []struct{ tool, want string }{
 		{"acme.echo", `{"v":2,"kind":"result","output":"hello world"}`},

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 )
 
 // fairCall posts one call of tenant and reports whether it ran (an answer
@@ -49,7 +51,7 @@ func TestServeFairAdmission(t *testing.T) {
 		b, _ := os.ReadFile(writeManifest(t, fx, map[string]any{"id": "t." + name, "limits": map[string]any{"memMB": 16, "cpuMs": cpu}}))
 		_ = os.WriteFile(filepath.Join(tools, name+".tool.json"), b, 0o644)
 	}
-	cmd := exec.Command(bin, "serve", "--tools", tools, "--dev", "--cache-dir", cacheDir(t), "--max-concurrency", "4", "--mcp")
+	cmd := exec.Command(bin, "serve", "--tools", tools, "--dev", "--cache-dir", sandboxtest.CacheDir(t), "--max-concurrency", "4", "--mcp")
 	cmd.Env = append(os.Environ(), tokenEnv+"=tok", "PORT=0")
 	var stderr syncWriter
 	cmd.Stderr, cmd.Stdout = &stderr, io.Discard

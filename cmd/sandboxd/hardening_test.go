@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/examples"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 )
 
 var builtBinary struct {
@@ -191,7 +192,7 @@ func TestF13FIFOModulePath(t *testing.T) {
 	_ = os.WriteFile(filepath.Join(dir, "index.json"), idx, 0o600)
 	t.Setenv(tokenEnv, "tok")
 	o = bounded("serve --index", func() outcome {
-		c, so, se := runCLI(t, "", "serve", "--index", filepath.Join(dir, "index.json"), "--cache-dir", cacheDir(t), "--addr", "127.0.0.1:0")
+		c, so, se := runCLI(t, "", "serve", "--index", filepath.Join(dir, "index.json"), "--cache-dir", sandboxtest.CacheDir(t), "--addr", "127.0.0.1:0")
 		return outcome{c, so, se}
 	})
 	if o.code != exitError || len(processEvents(t, o.stderr, "boot-failed")) != 1 || !strings.Contains(o.stderr, "not a regular file") {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 )
 
 // tsSDKDir is where .ci/deps.d/30-mcp.sh installs the TypeScript SDK.
@@ -72,7 +74,7 @@ func TestMCPInteropTypeScript(t *testing.T) {
 	}
 	t.Run("stdio", func(t *testing.T) {
 		begun := time.Now()
-		run(t, "stdio", bin, "mcp", "--tools", pack, "--dev", "--cache-dir", cacheDir(t))
+		run(t, "stdio", bin, "mcp", "--tools", pack, "--dev", "--cache-dir", sandboxtest.CacheDir(t))
 		t.Logf("session took %v", time.Since(begun))
 	})
 	t.Run("streamable-http", func(t *testing.T) {

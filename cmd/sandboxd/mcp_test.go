@@ -16,6 +16,8 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 )
 
 var examplePack = filepath.Join("..", "..", "examples", "pack")
@@ -26,7 +28,7 @@ var examplePack = filepath.Join("..", "..", "examples", "pack")
 // closes.
 func TestMCPStdioBinary(t *testing.T) {
 	bin := sandboxdBinary(t)
-	cmd := exec.Command(bin, "mcp", "--tools", examplePack, "--dev", "--cache-dir", cacheDir(t))
+	cmd := exec.Command(bin, "mcp", "--tools", examplePack, "--dev", "--cache-dir", sandboxtest.CacheDir(t))
 	var stderr syncWriter
 	cmd.Stderr = &stderr
 	stdin, _ := cmd.StdinPipe()
@@ -73,7 +75,7 @@ func TestMCPStdioBinary(t *testing.T) {
 
 	// The go-sdk client (2026-07-28, then the handshake), spawning it.
 	for _, version := range []string{"2026-07-28", "2025-11-25"} {
-		cmd := exec.Command(bin, "mcp", "--tools", examplePack, "--dev", "--cache-dir", cacheDir(t))
+		cmd := exec.Command(bin, "mcp", "--tools", examplePack, "--dev", "--cache-dir", sandboxtest.CacheDir(t))
 		cmd.Stderr = io.Discard
 		cs, err := sdk.NewClient(&sdk.Implementation{Name: "go-test", Version: "1"}, nil).Connect(context.Background(),
 			&sdk.CommandTransport{Command: cmd}, &sdk.ClientSessionOptions{ProtocolVersion: version})
@@ -166,7 +168,7 @@ func TestServeMCPBinary(t *testing.T) {
 // startServeMCP runs serve --mcp on examples/pack with token tok-mcp.
 func startServeMCP(t *testing.T, bin string, extra ...string) (base string, stop func() string) {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"serve", "--mcp", "--tools", examplePack, "--dev", "--cache-dir", cacheDir(t)}, extra...)...)
+	cmd := exec.Command(bin, append([]string{"serve", "--mcp", "--tools", examplePack, "--dev", "--cache-dir", sandboxtest.CacheDir(t)}, extra...)...)
 	cmd.Env = append(os.Environ(), tokenEnv+"=tok-mcp", "PORT=0")
 	var stderr syncWriter
 	cmd.Stderr, cmd.Stdout = &stderr, io.Discard
@@ -218,7 +220,7 @@ func TestMCPStdioDrain(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(tools, "loop.tool.json"), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "mcp", "--tools", tools, "--dev", "--cache-dir", cacheDir(t), "--drain-timeout", "5s")
+	cmd := exec.Command(bin, "mcp", "--tools", tools, "--dev", "--cache-dir", sandboxtest.CacheDir(t), "--drain-timeout", "5s")
 	var stderr syncWriter
 	cmd.Stderr = &stderr
 	stdin, _ := cmd.StdinPipe()

@@ -28,6 +28,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/artifact"
 	"github.com/sandboxd/sandboxd/internal/registrytest"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 )
 
 // standIn is a registry stand-in on loopback: the in-memory registry,
@@ -226,7 +227,7 @@ func TestServeBootBounded(t *testing.T) {
 	layer := a.Layers[0]
 	serveArgs := func(extra ...string) []string {
 		return append([]string{"--tools", ociToolsDir(t, pinned, "m.wasm", "1"), "--insecure-registry", s.host,
-			"--artifact-cache-dir", filepath.Join(t.TempDir(), "c"), "--cache-dir", cacheDir(t)}, extra...)
+			"--artifact-cache-dir", filepath.Join(t.TempDir(), "c"), "--cache-dir", sandboxtest.CacheDir(t)}, extra...)
 	}
 
 	t.Run("hung blob GET fails the boot with the step", func(t *testing.T) {
@@ -276,7 +277,7 @@ func TestServeReloadReresolvesTags(t *testing.T) {
 	s := newStandIn(t)
 	pushFixture(t, s.target, s.target+"/acme/live:1", "1", "echo_reactor.wasm")
 	p := startServe(t, "--tools", ociToolsDir(t, s.host+"/acme/live:1", "m.wasm", "1"), "--insecure-registry", s.host,
-		"--artifact-cache-dir", filepath.Join(t.TempDir(), "c"), "--cache-dir", cacheDir(t))
+		"--artifact-cache-dir", filepath.Join(t.TempDir(), "c"), "--cache-dir", sandboxtest.CacheDir(t))
 	p.waitEvent("listening", nil)
 	moved := pushFixture(t, s.target, s.target+"/acme/live:1", "1", "counter_reactor.wasm")
 	heads := s.count(http.MethodHead, "/manifests/1")

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 )
 
 // packLayout is an OCI image layout written by the test: blobs by digest
@@ -115,7 +117,7 @@ func TestServePackImageStopDuringLoad(t *testing.T) {
 	t.Run("boot", func(t *testing.T) {
 		l := &packLayout{t: t, dir: t.TempDir()}
 		l.image("1", big...)
-		p := startServe(t, "--index", "oci://oci-layout:"+l.dir+":1", "--artifact-cache-dir", filepath.Join(t.TempDir(), "oci"), "--cache-dir", cacheDir(t))
+		p := startServe(t, "--index", "oci://oci-layout:"+l.dir+":1", "--artifact-cache-dir", filepath.Join(t.TempDir(), "oci"), "--cache-dir", sandboxtest.CacheDir(t))
 		p.waitEvent("artifact-resolve", nil)
 		stop(t, p, "boot")
 		if !strings.Contains(p.output(), `"during":"boot"`) {
@@ -126,7 +128,7 @@ func TestServePackImageStopDuringLoad(t *testing.T) {
 	t.Run("reload", func(t *testing.T) {
 		l := &packLayout{t: t, dir: t.TempDir()}
 		l.image("1", gzipTar(t, 0, nil, kindgiEntries(t, "20261201.1")))
-		p := startServe(t, "--index", "oci://oci-layout:"+l.dir+":1", "--artifact-cache-dir", filepath.Join(t.TempDir(), "oci"), "--cache-dir", cacheDir(t))
+		p := startServe(t, "--index", "oci://oci-layout:"+l.dir+":1", "--artifact-cache-dir", filepath.Join(t.TempDir(), "oci"), "--cache-dir", sandboxtest.CacheDir(t))
 		p.waitEvent("listening", nil)
 		l.image("1", big...)
 		if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {

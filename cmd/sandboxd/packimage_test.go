@@ -27,6 +27,7 @@ import (
 	"github.com/sandboxd/sandboxd/artifact"
 	"github.com/sandboxd/sandboxd/deployenv"
 	"github.com/sandboxd/sandboxd/internal/registrytest"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 )
 
 // The pack images of these tests are built with the real clients: ORAS
@@ -215,7 +216,7 @@ func writeEntries(t *testing.T, entries [][2]string) string {
 
 func (r *packRegistry) serveArgs(ref, cache string, extra ...string) []string {
 	return append([]string{"--index", "oci://" + ref, "--insecure-registry", r.host,
-		"--artifact-cache-dir", cache, "--cache-dir", cacheDir(r.t)}, extra...)
+		"--artifact-cache-dir", cache, "--cache-dir", sandboxtest.CacheDir(r.t)}, extra...)
 }
 
 // packPost sends one pack protocol request to a served process.
@@ -381,7 +382,7 @@ func TestServePackImageRefused(t *testing.T) {
 		proxy := registrytest.Host(registrytest.NewProxy(t, r.host, f))
 		t.Setenv(tokenEnv, "tok")
 		code, _, stderr := runCLI(t, "", "serve", "--index", "oci://"+proxy+"/acme/tampered:1", "--insecure-registry", proxy,
-			"--artifact-cache-dir", filepath.Join(t.TempDir(), "oci"), "--cache-dir", cacheDir(t), "--addr", "127.0.0.1:0")
+			"--artifact-cache-dir", filepath.Join(t.TempDir(), "oci"), "--cache-dir", sandboxtest.CacheDir(t), "--addr", "127.0.0.1:0")
 		evs := processEvents(t, stderr, "boot-failed")
 		b, _ := json.Marshal(evs)
 		if code != exitError || !strings.Contains(string(b), `"code":"artifact-integrity-failed"`) {
@@ -467,7 +468,7 @@ func TestMCPPackImage(t *testing.T) {
 	r := newPackRegistry(t)
 	r.tarPack("acme/kindgi:1", kindgiEntries(t, "20261201.1"))
 	cmd := exec.Command(sandboxdBinary(t), "mcp", "--index", "oci://"+r.host+"/acme/kindgi:1", "--insecure-registry", r.host,
-		"--artifact-cache-dir", filepath.Join(t.TempDir(), "oci"), "--cache-dir", cacheDir(t))
+		"--artifact-cache-dir", filepath.Join(t.TempDir(), "oci"), "--cache-dir", sandboxtest.CacheDir(t))
 	var stderr syncWriter
 	cmd.Stderr = &stderr
 	stdin, _ := cmd.StdinPipe()
@@ -540,7 +541,7 @@ func TestPushPack(t *testing.T) {
 // (TestIndexPack: the one failure is acme.no-verdict's output) plus the
 // pack image check.
 func TestConformanceIndexPackImage(t *testing.T) {
-	skipShortGoGuest(t, "checks_reactor", 2<<20)
+	sandboxtest.SkipShort(t, "checks_reactor", 2<<20)
 	r := newPackRegistry(t)
 	dir := packIndexDir(t)
 	var entries [][2]string
@@ -559,7 +560,7 @@ func TestConformanceIndexPackImage(t *testing.T) {
 	digest := r.tarPack("acme/index-pack:1", entries)
 	conf := func(ref string) (int, string) {
 		code, stdout, stderr := runCLI(t, "", "conformance", "--index", "oci://"+ref, "--insecure-registry", r.host,
-			"--artifact-cache-dir", filepath.Join(t.TempDir(), "oci"), "--cache-dir", cacheDir(t), "--color", "never")
+			"--artifact-cache-dir", filepath.Join(t.TempDir(), "oci"), "--cache-dir", sandboxtest.CacheDir(t), "--color", "never")
 		if code == exitUsage {
 			t.Fatalf("conformance %s: %s", ref, stderr)
 		}
@@ -600,7 +601,7 @@ func TestServePackImageBootBounded(t *testing.T) {
 	layer := art.Layers[1]
 	args := func(extra ...string) []string {
 		return append([]string{"--index", "oci://" + s.host + "/acme/pack@" + art.Digest, "--insecure-registry", s.host,
-			"--artifact-cache-dir", filepath.Join(t.TempDir(), "oci"), "--cache-dir", cacheDir(t)}, extra...)
+			"--artifact-cache-dir", filepath.Join(t.TempDir(), "oci"), "--cache-dir", sandboxtest.CacheDir(t)}, extra...)
 	}
 	s.setHang("/blobs/"+layer.Digest, int(layer.Size))
 	defer s.setHang("", 0)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/deployenv"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 )
 
 // packIndexDir lays out conformance/testdata/index-pack (index.json,
@@ -91,7 +92,7 @@ func TestServeEnvelope(t *testing.T) {
 	indexBytes, _ := os.ReadFile(index)
 	args := func(env string) []string {
 		return []string{"--index", index, "--module-root", filepath.Join(dir, "dist"), "--bundle-map", filepath.Join(dir, "dist", "bundle-map.json"),
-			"--envelope", env, "--trusted-keys", keys, "--cache-dir", cacheDir(t), "--addr", "127.0.0.1:0"}
+			"--envelope", env, "--trusted-keys", keys, "--cache-dir", sandboxtest.CacheDir(t), "--addr", "127.0.0.1:0"}
 	}
 	for _, tc := range []struct{ name, env, code string }{
 		{"tampered index", envelope(append(indexBytes, ' '), priv), "image-unverifiable"},

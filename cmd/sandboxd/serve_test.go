@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/examples"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 )
 
 // processEvents decodes the JSON-line process events of a kind.
@@ -76,7 +77,7 @@ func TestServeRemovesToken(t *testing.T) {
 
 // boot-failed lists one problem per missing or unloadable module.
 func TestServeBootFailed(t *testing.T) {
-	skipShortGoGuest(t, "examples/echo/handler.wasm", int64(len(examples.EchoWasm)))
+	sandboxtest.SkipShort(t, "examples/echo/handler.wasm", int64(len(examples.EchoWasm)))
 	dir := t.TempDir()
 	var m map[string]json.RawMessage
 	_ = json.Unmarshal(examples.EchoManifest, &m)
@@ -89,7 +90,7 @@ func TestServeBootFailed(t *testing.T) {
 	_ = os.WriteFile(filepath.Join(dir, "index.json"), idx, 0o644)
 	_ = os.WriteFile(filepath.Join(dir, "ok.wasm"), examples.EchoWasm, 0o644)
 	t.Setenv(tokenEnv, "tok")
-	code, _, stderr := runCLI(t, "", "serve", "--index", filepath.Join(dir, "index.json"), "--cache-dir", cacheDir(t))
+	code, _, stderr := runCLI(t, "", "serve", "--index", filepath.Join(dir, "index.json"), "--cache-dir", sandboxtest.CacheDir(t))
 	if code != exitError {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -105,7 +106,7 @@ func TestServeBootFailed(t *testing.T) {
 // run --events - writes the lifecycle to stderr; stdout stays exactly one
 // JSON document.
 func TestRunEvents(t *testing.T) {
-	skipShortGoGuest(t, "examples/echo/handler.wasm", int64(len(examples.EchoWasm)))
+	sandboxtest.SkipShort(t, "examples/echo/handler.wasm", int64(len(examples.EchoWasm)))
 	code, stdout, stderr := runCLI(t, "", "run", "--events", "-")
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, stderr)
@@ -157,7 +158,7 @@ func TestServeBinarySignals(t *testing.T) {
 	_ = os.WriteFile(filepath.Join(tools, "loop.tool.json"), b, 0o644)
 	eventsFile := filepath.Join(t.TempDir(), "events.jsonl")
 
-	cmd := exec.Command(bin, "serve", "--tools", tools, "--dev", "--cache-dir", cacheDir(t), "--events", eventsFile)
+	cmd := exec.Command(bin, "serve", "--tools", tools, "--dev", "--cache-dir", sandboxtest.CacheDir(t), "--events", eventsFile)
 	cmd.Env = append(os.Environ(), tokenEnv+"=  tok-123  ", "PORT=0")
 	stderrPipe, err := cmd.StderrPipe()
 	if err != nil {
@@ -370,7 +371,7 @@ func TestServeDrainBound(t *testing.T) {
 		{"a call outliving the drain", 20000, 1, drain, drain + 600*time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cmd := exec.Command(bin, "serve", "--tools", tools, "--dev", "--cache-dir", cacheDir(t), "--drain-timeout", drain.String())
+			cmd := exec.Command(bin, "serve", "--tools", tools, "--dev", "--cache-dir", sandboxtest.CacheDir(t), "--drain-timeout", drain.String())
 			cmd.Env = append(os.Environ(), tokenEnv+"=tok", "PORT=0")
 			var stderr syncWriter
 			cmd.Stderr, cmd.Stdout = &stderr, io.Discard
