@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/sandboxd/sandboxd/artifact"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -50,9 +51,9 @@ func run(t *testing.T, source string, opts Options) *Report {
 
 var modulePathRE = regexp.MustCompile(`"modulePath"\s*:\s*"([^"]+)"`)
 
-// skipShortGoGuest skips t under -short when the pack in source (a directory
-// of tool manifests) or under moduleRoot (an index pack's modules) runs a
-// guest over 1 MiB, such as the sample pack's standard-Go echo handler or
+// skipShortGoGuest skips t under -short (sandboxtest.SkipShort) when the
+// pack in source (a directory of tool manifests) or under moduleRoot (an
+// index pack's modules) runs a guest over sandboxtest.BigGuest, such as the sample pack's standard-Go echo handler or
 // the index pack's checks_reactor: each run compiles it for seconds, so
 // these tests run only in the full (CI) run.
 func skipShortGoGuest(t *testing.T, source, moduleRoot string) {
@@ -61,9 +62,11 @@ func skipShortGoGuest(t *testing.T, source, moduleRoot string) {
 		return
 	}
 	var big []string
+	var most int64
 	check := func(p string) {
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Size() > 1<<20 && !slices.Contains(big, filepath.Base(p)) {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Size() > sandboxtest.BigGuest && !slices.Contains(big, filepath.Base(p)) {
 			big = append(big, filepath.Base(p))
+			most = max(most, fi.Size())
 		}
 	}
 	if moduleRoot != "" {
@@ -88,9 +91,7 @@ func skipShortGoGuest(t *testing.T, source, moduleRoot string) {
 			}
 		}
 	}
-	if len(big) > 0 {
-		t.Skip("-short: the pack runs a guest over 1 MiB (" + strings.Join(big, ", ") + "); compiling it takes seconds")
-	}
+	sandboxtest.SkipShort(t, strings.Join(big, ", "), most)
 }
 
 // wallClock masks the clock tool's readings, the one part of the broken
