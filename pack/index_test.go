@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/executor"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest/exectest"
 	"github.com/sandboxd/sandboxd/pack"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
@@ -97,7 +98,7 @@ func TestIndexCheckRoundTrip(t *testing.T) {
 	if len(problems) > 0 {
 		t.Fatal(problems)
 	}
-	exec := newExecutor(t, executor.NewConfig())
+	exec := exectest.Executor(t)
 	ctx := context.Background()
 	load := func(c pack.Check) *executor.Tool {
 		tool, err := exec.Load(ctx, c.Manifest, executor.WithModule(c.Module))
