@@ -22,22 +22,13 @@ import (
 
 	"github.com/sandboxd/sandboxd/examples"
 	"github.com/sandboxd/sandboxd/executor"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest/exectest"
 	"github.com/sandboxd/sandboxd/mcp"
 	"github.com/sandboxd/sandboxd/server"
 )
 
-var cacheDir string
-
-func TestMain(m *testing.M) {
-	d, err := os.MkdirTemp("", "sandboxd-mcp-test-")
-	if err != nil {
-		panic(err)
-	}
-	cacheDir = d
-	code := m.Run()
-	os.RemoveAll(d)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { sandboxtest.Main(m) }
 
 const token = "test-token-1"
 
@@ -118,11 +109,7 @@ type fixture struct {
 
 func newFixture(t testing.TB, st []server.StaticTool, opts server.Options) *fixture {
 	t.Helper()
-	exec, err := executor.New(context.Background(), executor.NewConfig().WithCacheDir(cacheDir).WithGuestOutput(io.Discard, io.Discard))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { exec.Close(context.Background()) })
+	exec := exectest.Executor(t)
 	logs := &syncBuffer{}
 	opts.Token, opts.Log = token, server.NewLogger(logs)
 	core, err := server.New(context.Background(), exec, server.StaticSource{Tools: st}, opts)
@@ -421,7 +408,7 @@ func TestProgressAndTraceparent(t *testing.T) {
 
 // A tool MCP cannot take fails New with a problem naming it, never a panic.
 func TestRefusedTools(t *testing.T) {
-	exec, err := executor.New(context.Background(), executor.NewConfig().WithCacheDir(cacheDir).WithGuestOutput(io.Discard, io.Discard))
+	exec, err := executor.New(context.Background(), executor.NewConfig().WithCacheDir(sandboxtest.CacheDir(t)).WithGuestOutput(io.Discard, io.Discard))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -687,7 +674,7 @@ func TestReloadFollowsCatalog(t *testing.T) {
 		}
 	}
 	write("echo.tool.json", map[string]any{})
-	exec, err := executor.New(context.Background(), executor.NewConfig().WithCacheDir(cacheDir).WithDevMode(true).WithGuestOutput(io.Discard, io.Discard))
+	exec, err := executor.New(context.Background(), executor.NewConfig().WithCacheDir(sandboxtest.CacheDir(t)).WithDevMode(true).WithGuestOutput(io.Discard, io.Discard))
 	if err != nil {
 		t.Fatal(err)
 	}
