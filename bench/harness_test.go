@@ -18,6 +18,7 @@ import (
 	"github.com/tetratelabs/wazero"
 
 	"github.com/sandboxd/sandboxd/executor"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest/exectest"
 	"github.com/sandboxd/sandboxd/manifest"
 )
 
@@ -111,26 +112,15 @@ func fsRef(path string) string {
 // opts change the configuration further (e.g. recycling off).
 func newExecutor(tb testing.TB, dir string, pool int, opts ...func(executor.Config) executor.Config) *executor.Executor {
 	tb.Helper()
-	cfg := executor.NewConfig().WithDevMode(true).WithCacheDir(dir).WithGuestOutput(nil, nil).WithPoolSize(pool)
-	for _, o := range opts {
-		cfg = o(cfg)
+	base := func(c executor.Config) executor.Config {
+		return c.WithDevMode(true).WithCacheDir(dir).WithGuestOutput(nil, nil).WithPoolSize(pool)
 	}
-	e, err := executor.New(context.Background(), cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = e.Close(context.Background()) })
-	return e
+	return exectest.Executor(tb, append([]func(executor.Config) executor.Config{base}, opts...)...)
 }
 
 func loadTool(tb testing.TB, e *executor.Executor, m []byte) *executor.Tool {
 	tb.Helper()
-	tool, err := e.Load(context.Background(), m)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = tool.Close(context.Background()) })
-	return tool
+	return exectest.Load(tb, e, m)
 }
 
 // payload is the echo input carrying n bytes of string data.
