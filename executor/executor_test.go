@@ -15,11 +15,10 @@ import (
 func TestMain(m *testing.M) { sandboxtest.Main(m) }
 
 // fixture returns the absolute path of a built test module (skipped under
-// -short when over 1 MiB: sandboxtest.Fixture).
+// -short when over 1 MiB: sandboxtest.FixturePath).
 func fixture(t testing.TB, name string) string {
 	t.Helper()
-	p, _ := sandboxtest.Fixture(t, name)
-	return p
+	return sandboxtest.FixturePath(t, name)
 }
 
 // manifestFor builds a manifest for a fixture; edit adjusts it.

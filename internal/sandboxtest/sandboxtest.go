@@ -64,10 +64,22 @@ func SkipShort(t testing.TB, name string, size int64) {
 }
 
 // Fixture returns the absolute path and the bytes of the built test module
-// testdata/wasm/NAME.wasm at the module root, skipping t under -short when it
-// is over BigGuest (see SkipShort). A missing fixture fails t with a hint
-// to run make wasm.
+// testdata/wasm/NAME.wasm at the module root (FixturePath), skipping t under
+// -short when it is over BigGuest.
 func Fixture(t testing.TB, name string) (path string, wasm []byte) {
+	t.Helper()
+	p := FixturePath(t, name)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatalf("fixture %s: %v", name, err)
+	}
+	return p, b
+}
+
+// FixturePath is Fixture without reading the module: the absolute path of
+// testdata/wasm/NAME.wasm, skipping t under -short when it is over BigGuest
+// (see SkipShort). A missing fixture fails t with a hint to run make wasm.
+func FixturePath(t testing.TB, name string) string {
 	t.Helper()
 	p := filepath.Join(Root(t), "testdata", "wasm", name+".wasm")
 	fi, err := os.Stat(p)
@@ -75,11 +87,7 @@ func Fixture(t testing.TB, name string) (path string, wasm []byte) {
 		t.Fatalf("fixture %s: %v (run make wasm)", name, err)
 	}
 	SkipShort(t, name, fi.Size())
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatalf("fixture %s: %v", name, err)
-	}
-	return p, b
+	return p
 }
 
 var root struct {

@@ -37,7 +37,7 @@ func Executor(t testing.TB, with ...func(executor.Config) executor.Config) *exec
 // adjusts the map before it is encoded.
 func Manifest(t testing.TB, name string, edit func(m map[string]any)) []byte {
 	t.Helper()
-	path, _ := sandboxtest.Fixture(t, name)
+	path := sandboxtest.FixturePath(t, name)
 	m := map[string]any{
 		"id":              "test." + strings.ReplaceAll(name, "_", "-"),
 		"description":     "fixture " + name,
