@@ -37,6 +37,10 @@ func runCLI(t *testing.T, stdin string, args ...string) (code int, stdout, stder
 
 func TestMain(m *testing.M) { sandboxtest.Main(m) }
 
+// cacheDir is sandboxtest.CacheDir, kept under its old name for the tests
+// still being written against it.
+func cacheDir(t testing.TB) string { t.Helper(); return sandboxtest.CacheDir(t) }
+
 // envelope decodes stdout, which must be exactly one JSON document.
 func envelope(t *testing.T, stdout string) map[string]any {
 	t.Helper()
