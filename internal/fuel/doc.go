@@ -138,14 +138,10 @@
 //
 // (global.get $fuel; i64.const S; i64.sub; global.set $fuel in a function
 // that keeps its count in the global). The count can so drop below zero
-// between two checks, by the segments run since the last one (a function
-// returning to its caller carries its deficit there); the next check (a
-// loop header or a function entry: every backward jump and every call
-// passes one) sees it, and the sync before a call or a return carries it
-// to the global. So a call can return normally with the counter a few
-// segments below the floor (Remaining below 0 when its budget ran out on
-// the way back), and a trap of the guest's own code right after such a
-// sync (in a host function it called) reads as Exhausted. An if's two arms are in the segment of
+// between two checks, by at most the segments of one function body; the
+// next check (a loop header or a function entry: every backward jump and
+// every call passes one) sees the deficit, and the sync before a call or a
+// return carries it to the global. An if's two arms are in the segment of
 // the if, so both are paid. Before version 9 the check paid the whole
 // level: a Go function is one dispatch loop whose every jump goes back to
 // its header through a br_table, so each basic block executed paid for
