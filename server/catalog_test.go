@@ -203,6 +203,17 @@ func TestDirSourceAndReload(t *testing.T) {
 	if len(ts.logs.records(t, "reload-failed")) != 1 {
 		t.Error("no reload-failed event")
 	}
+	// A reload stopped by its context (SIGTERM) is reload-stopped, not a
+	// failure of the pack.
+	stopped, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := ts.Reload(stopped); err == nil {
+		t.Fatal("reload with a cancelled context succeeded")
+	}
+	if len(ts.logs.records(t, "reload-failed")) != 1 || len(ts.logs.records(t, "reload-stopped")) != 1 {
+		t.Errorf("a cancelled reload: reload-failed %d (want the 1 from before), reload-stopped %d (want 1)",
+			len(ts.logs.records(t, "reload-failed")), len(ts.logs.records(t, "reload-stopped")))
+	}
 	_ = os.Remove(filepath.Join(dir, "broken.tool.json"))
 	if err := ts.Reload(context.Background()); err != nil {
 		t.Fatal(err)

@@ -285,6 +285,11 @@ func (s *Server) Reload(ctx context.Context) error {
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
 	cat, problems := loadCatalog(ctx, s.exec, s.src, s.opts.PerToolConcurrency)
+	if len(problems) > 0 && ctx.Err() != nil {
+		// Shutdown (or the caller) stopped the reload: not the pack's fault.
+		s.log.Info("reload-stopped", "reason", context.Cause(ctx).Error())
+		return &BootError{Problems: problems}
+	}
 	if len(problems) > 0 {
 		s.log.Error("reload-failed", "problems", problems)
 		return &BootError{Problems: problems}
