@@ -49,8 +49,10 @@ var sectionRank = [14]int{
 // It applies only when the result is certain to initialise memory exactly as
 // b does: the module defines exactly one memory (imports none), every data
 // segment is active in that memory at an `i32.const` offset, within the
-// memory's initial size, and no two segments overlap; and it has no data
-// count section (so its code cannot name a segment by index). Otherwise, or
+// memory's initial size, and no two segments overlap; and no function body
+// names a segment by index (memory.init, data.drop): a module may have a
+// data count section, which is then rewritten with the new count, only when
+// its code uses neither and the count is the data section's. Otherwise, or
 // when b is malformed, b itself is returned. Every other section is kept byte
 // for byte. It never panics.
 func MergeData(b []byte) []byte {
@@ -126,6 +128,9 @@ func rewriteData(b []byte, passive bool) ([]byte, bool) {
 		data = append(data, AppendULEB(h, uint64(len(s.data))), s.data)
 	}
 	repl := map[byte][][]byte{secData: data}
+	if p.have[secDataCount] != 0 || passive {
+		repl[secDataCount] = [][]byte{AppendULEB(nil, uint64(len(merged)))}
+	}
 	if passive {
 		typeIdx := p.types
 		funcIdx := p.funcImport + p.funcs
@@ -136,7 +141,6 @@ func rewriteData(b []byte, passive bool) ([]byte, bool) {
 		exp = append(exp, byte(KindFunc))
 		exp = AppendULEB(exp, funcIdx)
 		repl[secExport] = p.appendEntry(b, secExport, p.exports, exp)
-		repl[secDataCount] = [][]byte{AppendULEB(nil, uint64(len(merged)))}
 		repl[secCode] = p.appendEntry(b, secCode, p.funcs, initBody(merged))
 	}
 	return p.assemble(b, repl), true
@@ -160,7 +164,7 @@ func readDataPlan(b []byte, passive bool) (*dataPlan, bool) {
 		}
 		p.secs = append(p.secs, s)
 	}
-	if p.have[secDataCount] != 0 || p.have[secData] == 0 {
+	if p.have[secData] == 0 {
 		return nil, false
 	}
 	if passive && p.have[secStart] != 0 {
@@ -170,10 +174,60 @@ func readDataPlan(b []byte, passive bool) (*dataPlan, bool) {
 	if !ok {
 		return nil, false
 	}
-	if p.segs, ok = p.readSegments(b, memBytes); !ok {
+	var n uint64
+	if p.segs, n, ok = p.readSegments(b, memBytes); !ok {
+		return nil, false
+	}
+	if p.have[secDataCount] != 0 && !p.segmentsUnnamed(b, n) {
 		return nil, false
 	}
 	return p, true
+}
+
+// segmentsUnnamed reports whether the data count section says n segments
+// and no function body names a segment (memory.init, data.drop), so that
+// merging them (and writing the new count) changes nothing the code can
+// see. Toolchains with bulk memory enabled write a data count section
+// whether or not the code needs it (wasi-sdk, wizer: the JS PDK's QuickJS
+// plug-ins have 10,000 segments and one). Bodies are read as wazero reads
+// them (AsWazero); anything unreadable counts as naming one.
+func (p *dataPlan) segmentsUnnamed(b []byte, n uint64) bool {
+	if c, ok := count(p.body(b, secDataCount)); !ok || c != n {
+		return false
+	}
+	r := p.body(b, secCode)
+	if r == nil {
+		return true
+	}
+	bodies, err := r.ULEB(32)
+	if err != nil {
+		return false
+	}
+	named := false
+	visit := func(op Op, start, end int) {
+		if op == OpOther && r.b[start] == 0xfc {
+			sub := &Reader{b: r.b[:end], off: start + 1}
+			if v, err := sub.ULEB(32); err != nil || v == 8 || v == 9 { // memory.init, data.drop
+				named = true
+			}
+		}
+	}
+	for i := uint64(0); i < bodies; i++ {
+		size, err := r.ULEB(32)
+		if err != nil || size > uint64(len(r.b)-r.off) {
+			return false
+		}
+		end := r.off + int(size)
+		body := &Reader{b: r.b[:end], off: r.off}
+		if _, err := countLocals(body); err != nil {
+			return false
+		}
+		if err := ScanExpr(body, AsWazero, visit); err != nil || named || body.off != end {
+			return false
+		}
+		r.off = end
+	}
+	return r.off == len(r.b)
 }
 
 // body returns a reader over the body of section id (nil if absent).
@@ -273,44 +327,44 @@ func count(r *Reader) (uint64, bool) {
 // readSegments reads the data section: every segment active in memory 0 at
 // an i32.const offset, within memBytes; none overlapping. The result is
 // sorted by offset and holds no empty segment.
-func (p *dataPlan) readSegments(b []byte, memBytes uint64) ([]segment, bool) {
+func (p *dataPlan) readSegments(b []byte, memBytes uint64) ([]segment, uint64, bool) {
 	r := p.body(b, secData)
 	n, err := r.ULEB(32)
 	if err != nil || n == 0 {
-		return nil, false
+		return nil, 0, false
 	}
 	// Each segment takes at least 4 bytes: never allocate for more.
 	segs := make([]segment, 0, min(n, uint64(len(r.b)-r.off)/4))
 	for i := uint64(0); i < n; i++ {
 		flag, err := r.ULEB(32)
 		if err != nil {
-			return nil, false
+			return nil, 0, false
 		}
 		switch flag {
 		case 0:
 		case 2:
 			if mem, err := r.ULEB(32); err != nil || mem != 0 {
-				return nil, false
+				return nil, 0, false
 			}
 		default: // passive (1) or unknown
-			return nil, false
+			return nil, 0, false
 		}
 		if op, err := r.Byte(); err != nil || op != 0x41 { // i32.const
-			return nil, false
+			return nil, 0, false
 		}
 		off, err := r.SLEB(32)
 		if err != nil || off < 0 || off > math.MaxInt32 {
-			return nil, false
+			return nil, 0, false
 		}
 		if end, err := r.Byte(); err != nil || end != 0x0b {
-			return nil, false
+			return nil, 0, false
 		}
 		size, err := r.ULEB(32)
 		if err != nil || size > uint64(len(r.b)-r.off) {
-			return nil, false
+			return nil, 0, false
 		}
 		if uint64(off)+size > memBytes {
-			return nil, false
+			return nil, 0, false
 		}
 		if size > 0 {
 			segs = append(segs, segment{off: uint64(off), data: r.b[r.off : r.off+int(size)]})
@@ -318,7 +372,7 @@ func (p *dataPlan) readSegments(b []byte, memBytes uint64) ([]segment, bool) {
 		r.off += int(size)
 	}
 	if r.off != len(r.b) {
-		return nil, false
+		return nil, 0, false
 	}
 	byOffset := func(a, b segment) int {
 		switch {
@@ -334,10 +388,10 @@ func (p *dataPlan) readSegments(b []byte, memBytes uint64) ([]segment, bool) {
 	}
 	for i := 1; i < len(segs); i++ {
 		if segs[i].off < segs[i-1].off+uint64(len(segs[i-1].data)) {
-			return nil, false
+			return nil, 0, false
 		}
 	}
-	return segs, true
+	return segs, n, true
 }
 
 // maxFillSlack is how many zero bytes merging may add beyond the segments'

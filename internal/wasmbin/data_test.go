@@ -91,6 +91,24 @@ func TestPassiveDataHandBuilt(t *testing.T) {
 		t.Fatal("PassiveData did not apply to a module with no functions")
 	}
 	sameMemory(t, bare, out, name)
+	// A data count section (bulk memory on) with code that names no
+	// segment: the segments are merged and the count rewritten.
+	counted := module(typeSec, funcSec, memSec, exportSec, sec(secDataCount, []byte{3}),
+		sec(secCode, vec([]byte{11, 0, 0x41, 0, 0x41, 0, 0x41, 0, 0xfc, 11, 0, 0x0b})), // memory.fill
+		dataSec3)
+	out, name = PassiveData(counted)
+	if name == "" {
+		t.Fatal("PassiveData did not apply to a module with a data count section and no memory.init")
+	}
+	if n := dataCount(t, out); n != 2 {
+		t.Errorf("rewritten module has %d segments, want 2", n)
+	}
+	sameMemory(t, counted, out, name)
+	merged = MergeData(counted)
+	if n := dataCount(t, merged); n != 2 {
+		t.Errorf("merged module has %d segments, want 2", n)
+	}
+	sameMemory(t, counted, merged, "")
 }
 
 // Each module breaks one of PassiveData's conditions; it must come back
@@ -99,27 +117,35 @@ func TestPassiveDataDoesNotApply(t *testing.T) {
 	imported := sec(secImport, vec(append(append(str("env"), str("mem")...), 2, 0, 1)))
 	global := sec(6, vec([]byte{0x7f, 0, 0x41, 0, 0x0b})) // (global i32 (i32.const 0))
 	cases := map[string][]byte{
-		"overlap":        module(memSec, sec(secData, vec(active(0, "abcd"), active(2, "xy")))),
-		"out of bounds":  module(memSec, sec(secData, vec(active(65534, "abcd")))),
-		"negative":       module(memSec, sec(secData, vec(active(-1, "a")))),
-		"global offset":  module(memSec, global, sec(secData, vec([]byte{0, 0x23, 0, 0x0b, 1, 'a'}))),
-		"passive":        module(memSec, sec(secData, vec(active(0, "a"), append([]byte{1}, str("b")...)))),
-		"data count":     module(memSec, sec(secDataCount, []byte{1}), sec(secData, vec(active(0, "a")))),
-		"imported mem":   module(imported, sec(secData, vec(active(0, "a")))),
-		"no memory":      module(typeSec),
-		"no data":        module(memSec),
-		"empty data":     module(memSec, sec(secData, vec())),
-		"start":          module(typeSec, funcSec, memSec, sec(secStart, []byte{0}), codeSec, dataSec3),
-		"export taken":   module(typeSec, funcSec, memSec, sec(secExport, vec(append(str(DataInitExport), 0, 0))), codeSec, dataSec3),
-		"memory index 1": module(memSec, sec(secData, vec([]byte{2, 1, 0x41, 0, 0x0b, 1, 'a'}))),
-		"two memories":   module(sec(secMemory, vec([]byte{0, 1}, []byte{0, 1})), sec(secData, vec(active(0, "a")))),
-		"shared memory":  module(sec(secMemory, vec([]byte{3, 1, 1})), sec(secData, vec(active(0, "a")))),
-		"64-bit memory":  module(sec(secMemory, vec([]byte{4, 1})), sec(secData, vec(active(0, "a")))),
-		"code mismatch":  module(typeSec, funcSec, memSec, dataSec3),
-		"trailing bytes": module(memSec, sec(secData, vec(active(0, "a")), []byte{0})),
-		"truncated":      simpleData[:len(simpleData)-3],
-		"misordered":     module(memSec, typeSec, sec(secData, vec(active(0, "a")))),
-		"not wasm":       []byte("hello, world"),
+		"overlap":       module(memSec, sec(secData, vec(active(0, "abcd"), active(2, "xy")))),
+		"out of bounds": module(memSec, sec(secData, vec(active(65534, "abcd")))),
+		"negative":      module(memSec, sec(secData, vec(active(-1, "a")))),
+		"global offset": module(memSec, global, sec(secData, vec([]byte{0, 0x23, 0, 0x0b, 1, 'a'}))),
+		"passive":       module(memSec, sec(secData, vec(active(0, "a"), append([]byte{1}, str("b")...)))),
+		"data count, memory.init": module(typeSec, funcSec, memSec, sec(secDataCount, []byte{1}),
+			sec(secCode, vec([]byte{12, 0, 0x41, 0, 0x41, 0, 0x41, 1, 0xfc, 8, 0, 0, 0x0b})), sec(secData, vec(active(0, "a")))),
+		"data count, data.drop": module(typeSec, funcSec, memSec, sec(secDataCount, []byte{1}),
+			sec(secCode, vec([]byte{4, 0, 0xfc, 9, 0, 0x0b})), sec(secData, vec(active(0, "a")))),
+		"data count, padded data.drop": module(typeSec, funcSec, memSec, sec(secDataCount, []byte{1}),
+			sec(secCode, vec([]byte{5, 0, 0xfc, 0x89, 0, 0, 0x0b})), sec(secData, vec(active(0, "a")))),
+		"data count, unreadable code": module(typeSec, funcSec, memSec, sec(secDataCount, []byte{1}),
+			sec(secCode, vec([]byte{2, 0, 0xff})), sec(secData, vec(active(0, "a")))),
+		"data count differs": module(memSec, sec(secDataCount, []byte{2}), sec(secData, vec(active(0, "a")))),
+		"imported mem":       module(imported, sec(secData, vec(active(0, "a")))),
+		"no memory":          module(typeSec),
+		"no data":            module(memSec),
+		"empty data":         module(memSec, sec(secData, vec())),
+		"start":              module(typeSec, funcSec, memSec, sec(secStart, []byte{0}), codeSec, dataSec3),
+		"export taken":       module(typeSec, funcSec, memSec, sec(secExport, vec(append(str(DataInitExport), 0, 0))), codeSec, dataSec3),
+		"memory index 1":     module(memSec, sec(secData, vec([]byte{2, 1, 0x41, 0, 0x0b, 1, 'a'}))),
+		"two memories":       module(sec(secMemory, vec([]byte{0, 1}, []byte{0, 1})), sec(secData, vec(active(0, "a")))),
+		"shared memory":      module(sec(secMemory, vec([]byte{3, 1, 1})), sec(secData, vec(active(0, "a")))),
+		"64-bit memory":      module(sec(secMemory, vec([]byte{4, 1})), sec(secData, vec(active(0, "a")))),
+		"code mismatch":      module(typeSec, funcSec, memSec, dataSec3),
+		"trailing bytes":     module(memSec, sec(secData, vec(active(0, "a")), []byte{0})),
+		"truncated":          simpleData[:len(simpleData)-3],
+		"misordered":         module(memSec, typeSec, sec(secData, vec(active(0, "a")))),
+		"not wasm":           []byte("hello, world"),
 	}
 	for name, b := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -204,6 +230,48 @@ func TestPassiveDataFixtures(t *testing.T) {
 		if !applied[name] {
 			t.Errorf("PassiveData did not apply to %s", name)
 		}
+	}
+}
+
+// The JS PDK's QuickJS plug-ins (wizer-initialised) carry 10,000 active
+// segments and a data count section their code never uses: the rewrite
+// applies, and instantiating the result leaves memory as the original
+// does. The Haskell PDK's two segments (no data count) are merged too.
+func TestPassiveDataExtismPDK(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: 2 MB modules")
+	}
+	for name, want := range map[string]uint64{"hello-from-js.wasm": 10000, "hello-from-haskell.wasm": 2} {
+		t.Run(name, func(t *testing.T) {
+			b, err := os.ReadFile("../../testdata/wasm/extism/" + name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := dataCount(t, b); n != want {
+				t.Fatalf("%d segments, want %d", n, want)
+			}
+			out, export := PassiveData(b)
+			if export == "" {
+				t.Fatal("PassiveData did not apply")
+			}
+			if !sameCustomSections(b, out) {
+				t.Error("custom sections differ")
+			}
+			sameMemory(t, b, out, export)
+			merged := MergeData(b)
+			sameMemory(t, b, merged, "")
+			t.Logf("%d segments, %d bytes → passive %d segments, %d bytes; merged %d segments", want, len(b), dataCount(t, out), len(out), dataCount(t, merged))
+			// What the executor rewrites: the fuel pass's output.
+			metered, err := fuelInstrumentHook(b)
+			if err != nil {
+				t.Fatalf("the fuel pass refused it: %v", err)
+			}
+			out, export = PassiveData(metered)
+			if export == "" {
+				t.Fatal("PassiveData did not apply to the fuel pass's output")
+			}
+			sameMemory(t, metered, out, export)
+		})
 	}
 }
 
