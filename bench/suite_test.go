@@ -96,6 +96,8 @@ func TestSuite(t *testing.T) {
 			s.run(t, r)
 		}
 	}
+	// After every section: the Extism plug-in rows come after the headline.
+	writeGoals(r)
 	r.p("\n_Suite wall time: %s._", time.Since(began).Round(time.Second))
 	if err := os.WriteFile(*out, []byte(r.b.String()), 0o644); err != nil {
 		t.Fatal(err)
@@ -834,8 +836,8 @@ func memory(t *testing.T, r *report) {
 	headlines(r)
 }
 
-// headlines ends the report's measured sections: the headline figures and
-// every row of issue 17 against its goal.
+// headlines ends the memory section with the headline figures (TestSuite
+// writes every row against its goal after the last section).
 func headlines(r *report) {
 	r.p("## Headline")
 	r.p("")
@@ -843,7 +845,6 @@ func headlines(r *report) {
 	r.p("- Interruption overhead (sandboxd with cpuMs enforced / wazero without any limit): **%s** on the WAT loop, **%s** on the standard-Go loop.", headline.interrupt, headline.interruptGo)
 	r.p("- Fresh-instance cost of the standard-Go guest (call − reused call, paced): **%s µs** recycled (the default), %s µs strict (never-used, from the image), %s µs unpooled (instantiate + load the image in the call); with images off %s µs never-used pooled, %s µs unpooled (`_initialize` in the call).", us(headline.goFreshRecycled), us(headline.goFreshPooled), us(headline.goFresh), us(headline.goFreshOwnPooled), us(headline.goFreshOwn))
 	r.p("")
-	writeGoals(r)
 }
 
 // kib formats a per-instance byte count; differences under 1 KiB (either
