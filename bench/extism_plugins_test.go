@@ -127,7 +127,7 @@ func extismPluginRows(t *testing.T, r *report) {
 	r.p("*recycled* is posture context-isolated with its default (a pooled instance reset to its post-initialisation state), *strict* takes a never-used pooled instance (loaded from the tool's copy-on-write image when it has one) for every call. Extism go-sdk runs the same bytes, validating nothing,")
 	r.p("on one reused instance and on a fresh `CompiledPlugin.Instance` per call. Every output is checked once before timing. `count_vowels.wasm` is go-sdk %s's Rust test plug-in; `extism-go.wasm` is `examples/extism-go` (Go PDK v1.1.3, a standard-Go WASI reactor);", moduleVersion("github.com/extism/go-sdk"))
 	r.p("`hello-from-js.wasm` (JS PDK: QuickJS, pre-initialised, no `_initialize`) and `hello-from-haskell.wasm` (GHC, `_initialize` + `hs_init`) are extism/hello-from's prebuilt plug-ins (`testdata/wasm/extism/README.md`).")
-	r.p("The four cases of a plug-in are measured round-robin, 6 rounds of 150 ms each, calls back to back. Load average at the start: %s.", strings.TrimSpace(string(load0)))
+	r.p("The five cases of a plug-in are measured round-robin, 6 rounds of 150 ms each, calls back to back. Load average at the start: %s.", strings.TrimSpace(string(load0)))
 	r.p("Reproduce: `cd bench && go test -run TestExtismPluginRows -v .` (the same tables; `make bench` also records the goal rows).")
 	r.p("")
 	cache := t.TempDir()
@@ -177,10 +177,12 @@ func extismPluginRows(t *testing.T, r *report) {
 			"sandboxd strict (never-used pooled instance), validated",
 			"Extism reused instance (no validation)",
 			"Extism fresh instance per call (no validation)",
+			"sandboxd none (reused instance, no isolation), validated",
 		}
 		fns := []func() error{invoke(tRec), invoke(tStrict),
 			func() error { _, err := extismCall(reused, pl.entry, []byte(pl.input)); return err },
 			func() error { _, err := fresh(); return err },
+			invoke(tNone),
 		}
 		res, err := interleaved(fns, 5, 6, 2000, 150*time.Millisecond)
 		if err != nil {
@@ -215,6 +217,7 @@ func extismPluginRows(t *testing.T, r *report) {
 		r.p("| **sandboxd strict / Extism fresh** | **%s** | ≤ 0.1×: **%s** |", fmtRatio(strictX), vStrict)
 		r.p("| sandboxd recycled / Extism fresh | %s | |", ratio(res[0].p50, res[3].p50))
 		r.p("| sandboxd strict / Extism reused | %s | |", ratio(res[1].p50, res[2].p50))
+		r.p("| sandboxd none (reused) / Extism reused: the metered guest, validation and kernel without any isolation | %s | |", ratio(res[4].p50, res[2].p50))
 		r.p("")
 	}
 }
