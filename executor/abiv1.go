@@ -73,7 +73,7 @@ func (abiV1) shape(r wazero.Runtime, cm wazero.CompiledModule, parsed *wasmbin.M
 // result maps handle's return: 0 is success with the output set by
 // output_set (null when none was), anything else a handler failure with
 // what error_set declared.
-func (abiV1) result(t *reactorHandler, inv *invocation, acct *limits.Account, rc uint32) ([]byte, bool, error) {
+func (abiV1) result(_ context.Context, t *reactorHandler, inv *invocation, acct *limits.Account, rc uint32) ([]byte, bool, error) {
 	if rc != 0 {
 		return nil, acct.Refused() == 0, t.handlerFailure(inv, acct, int32(rc))
 	}

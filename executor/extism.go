@@ -190,9 +190,13 @@ func (abiExtism) begin(t *reactorHandler, in *instance, inv *invocation) error {
 // a non-zero return is handler-error; otherwise the output range becomes the
 // output, JSON as it is, or a JSON string when the output schema is a
 // string and the bytes are not JSON (no output: null, or "" for a string).
-func (abiExtism) result(t *reactorHandler, inv *invocation, acct *limits.Account, rc uint32) ([]byte, bool, error) {
+// It runs in the call's guard under ctx: the copy out of kernel memory
+// (up to memMB) is charged a chunk at a time to the call, on its CPU clock,
+// and stops it within a chunk of its deadline, cpuMs or fuel budget.
+func (abiExtism) result(ctx context.Context, t *reactorHandler, inv *invocation, acct *limits.Account, rc uint32) ([]byte, bool, error) {
 	k := inv.kernel
-	k.ctx = context.Background() // the call is over: what the kernel does now is the host's
+	k.ctx = ctx
+	defer func() { k.ctx = context.Background() }() // the kernel keeps nothing of the call's context
 	reusable := acct.Refused() == 0
 	if k.ErrorOff != 0 {
 		msg := sanitizeLine(k.BlockBytes(k.ErrorOff, maxErrorBytes))
@@ -220,13 +224,19 @@ func (abiExtism) result(t *reactorHandler, inv *invocation, acct *limits.Account
 	if !acct.Reserve(int64(k.OutputLen)) {
 		return nil, false, t.memExceeded(acct.Refused(), fmt.Sprintf("the output (%d bytes) does not fit in memMB %d", k.OutputLen, t.limits.memMB))
 	}
-	out := k.Read(k.OutputOff, k.OutputLen)
-	if stringOut && !json.Valid(out) {
-		n := jsonStringLen(out)
-		if !acct.Reserve(int64(n)) {
-			return nil, false, t.memExceeded(acct.Refused(), fmt.Sprintf("the output as a JSON string (%d bytes) does not fit in memMB %d", n, t.limits.memMB))
+	out := k.Read(k.OutputOff, k.OutputLen) // charged per chunk (k.charge)
+	if stringOut {
+		// One pass to tell JSON from text, two to quote text: charged
+		// before, each a pass over at most memMB bytes (bounds.md "Open").
+		chargeBytes(ctx, uint64(len(out)))
+		if !json.Valid(out) {
+			chargeBytes(ctx, 2*uint64(len(out)))
+			n := jsonStringLen(out)
+			if !acct.Reserve(int64(n)) {
+				return nil, false, t.memExceeded(acct.Refused(), fmt.Sprintf("the output as a JSON string (%d bytes) does not fit in memMB %d", n, t.limits.memMB))
+			}
+			out = appendJSONString(make([]byte, 0, n), out)
 		}
-		out = appendJSONString(make([]byte, 0, n), out)
 	}
 	return out, reusable, nil
 }
@@ -390,8 +400,7 @@ func (abiExtism) instantiateHost(ctx context.Context, r wazero.Runtime, t *Tool)
 		if !k.InBounds(s[0], s[1]) {
 			trapf("extism: output_set [%d, %d) is outside kernel memory (%d bytes)", s[0], s[0]+s[1], k.Size())
 		}
-		chargeBytes(ctx, s[1]) // the host copies it when the call returns
-		k.OutputOff, k.OutputLen = s[0], s[1]
+		k.OutputOff, k.OutputLen = s[0], s[1] // copied (and charged) when the guest returns: result
 	})
 	def("error_set", func(ctx context.Context, s []uint64) {
 		inv, k := extismCall(ctx, "error_set")

@@ -30,8 +30,12 @@ type guestABI interface {
 	shape(r wazero.Runtime, cm wazero.CompiledModule, parsed *wasmbin.Module, t *Tool) (moduleShape, error)
 	// result reads a reactor call's output or failure once its entry
 	// returned rc without trapping. reusable says whether the instance may
-	// serve another call.
-	result(t *reactorHandler, inv *invocation, acct *limits.Account, rc uint32) (output []byte, reusable bool, err error)
+	// serve another call. It runs inside the call's guard, under the
+	// call's context ctx (the metered one): work it does in proportion to
+	// the output (Extism's copy out of kernel memory) is the call's, on
+	// its CPU clock and charged a chunk at a time, and it may stop the
+	// call as a host function does (a fuel or trap panic: resultStopped).
+	result(ctx context.Context, t *reactorHandler, inv *invocation, acct *limits.Account, rc uint32) (output []byte, reusable bool, err error)
 	// begin prepares a reactor call on in before its entry runs (the
 	// call's ABI state in inv); an error fails the call.
 	begin(t *reactorHandler, in *instance, inv *invocation) error

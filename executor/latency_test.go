@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -20,6 +21,8 @@ import (
 
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/executor"
+	"github.com/sandboxd/sandboxd/internal/extism"
+	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
 
@@ -64,6 +67,11 @@ var latGuests = []latGuest{
 	{name: "Extism load_u64 over 48 MiB loop", fx: "g04_extism_kernel", entry: "load_loop", memMB: 64, input: `{}`},
 	{name: "Extism var_set/var_get 1 MiB loop", fx: "g04_extism_kernel", entry: "var_huge", memMB: 16, input: `{}`},
 	{name: "Extism alloc/free churn", fx: "g04_extism_kernel", entry: "churn", memMB: 16, input: `{}`},
+	// Not a loop: the guest returns at once, and the host's copy of its
+	// 480 MiB output out of kernel memory is the call's work (budget 5:
+	// the copy takes 40-300 ms here, but a fast machine's memmove may
+	// finish it in under 20).
+	{name: "Extism output copy of 480 MiB", fx: "g04_extism_kernel", entry: "output_big", memMB: 1024, input: `{}`, budget: 5},
 }
 
 // latLoad loads g's fixture with memMB and cpuMs (and its Extism entry).
@@ -313,6 +321,83 @@ func TestG04ExtismKernelCalls(t *testing.T) {
 	for _, entry := range []string{"reset_dirty", "store_loop", "load_loop", "var_huge", "churn"} {
 		t.Run(entry, func(t *testing.T) { f01Check(t, latGuestFor("g04_extism_kernel", entry)) })
 	}
+}
+
+// The copy of an Extism plug-in's output out of kernel memory, after the
+// guest returned, ran outside the call's guard with the kernel's meter on
+// context.Background(): a 480 MiB output (memMB 1024) was copied in full
+// whatever the deadline or cpuMs, and usage.cpuMs left it out (0.09-0.27
+// ms for calls of 57-348 ms). It now runs in the guard under the call's
+// context, charged 64 KiB at a time: the call stops within stopBound of
+// cpuMs 5 (limits-exceeded cpuMs) and of a 5 ms deadline
+// (deadline-exceeded), a fuel budget below the copy's bytes fuel ends it
+// (limits-exceeded fuel), and a call that copies the whole output reports
+// the copy in usage.cpuMs: at least a third of the thread CPU time of the same
+// copy made here (the output is zeros, which output validation refuses at
+// its first byte, so the copy is what the call costs).
+func TestExtismOutputCopyBounded(t *testing.T) {
+	g := latGuestFor("g04_extism_kernel", "output_big")
+	n := 3
+	if testing.Short() {
+		n = 1
+	}
+	e := newExecutor(t)
+	cpuTool := latLoad(t, e, g, g.budget)
+	cpu := measureRobust(t, cpuTool, g, n, g.budget, 0, toolerr.LimitsExceeded)
+	wallTool := latLoad(t, e, g, 600_000)
+	wall := measureRobust(t, wallTool, g, n, 0, time.Duration(g.budget)*time.Millisecond, toolerr.DeadlineExceeded)
+	t.Logf("%s: past cpuMs %d: %v; past a %d ms deadline: %v", g.name, g.budget, cpu, g.budget, wall)
+	if cpu.excess99 > stopBound*time.Millisecond || wall.excess99 > stopBound*time.Millisecond {
+		t.Errorf("%s: want every stop within %d ms of the limit", g.name, stopBound)
+	}
+
+	// The copy pays bytes fuel: a fuel budget below it ends the call
+	// there (limits-exceeded fuel, the copy's charge in usage.fuel).
+	fuelTool := latLoad(t, newExecutor(t, func(c executor.Config) executor.Config { return c.WithFuelBudget(4_000_000) }), g, 600_000)
+	res, err := fuelTool.Invoke(context.Background(), executor.Request{Input: []byte(`{}`)})
+	if te := wantCode(t, err, toolerr.LimitsExceeded); te.Details["limit"] != "fuel" || res == nil || res.Usage.Fuel < 4_000_000 {
+		t.Fatalf("fuel budget 4,000,000: %s %v %+v", te.Message, te.Details, res)
+	}
+
+	// What a copy costs depends most on whether its buffer's pages are
+	// faulted in anew or reused from the heap (5x here): the call and the
+	// reference copy alternate, each after a collection that frees the
+	// last one's buffer, and the cheapest of each are compared.
+	const size = 0x1e000000 // output_big's
+	ref, used := time.Duration(math.MaxInt64), math.MaxFloat64
+	for range 3 {
+		runtime.GC()
+		res, err := wallTool.Invoke(context.Background(), executor.Request{Input: []byte(`{}`)})
+		te := wantCode(t, err, toolerr.OutputValidationFailed) // zeros are not JSON
+		if res == nil {
+			t.Fatalf("no usage with %s", te.Message)
+		}
+		used = min(used, res.Usage.CPUMs)
+		runtime.GC()
+		ref = min(ref, kernelCopyCPU(size))
+	}
+	refMs := float64(ref) / float64(time.Millisecond)
+	t.Logf("a whole copy of %d MiB: usage.cpuMs %.1f; the same copy out of a kernel here: %.1f ms of thread CPU", size>>20, used, refMs)
+	if used < refMs/3 {
+		t.Errorf("usage.cpuMs %.1f of a call that copied a %d MiB output, whose copy alone takes %.1f ms: the copy is not charged", used, size>>20, refMs)
+	}
+}
+
+// kernelCopyCPU is the thread CPU time of reading n bytes (never written)
+// out of an Extism kernel.
+func kernelCopyCPU(n uint64) time.Duration {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	k := extism.New(limits.NewAccount(2*int64(n)), nil)
+	if !k.Grow(n) {
+		panic("kernelCopyCPU: the kernel does not grow")
+	}
+	clock := limits.CurrentThread()
+	start := clock.Now()
+	out := k.Read(0, n)
+	took := clock.Now() - start
+	runtime.KeepAlive(out)
+	return took
 }
 
 // residentBytes is the process's resident set (VmRSS), or 0 where /proc

@@ -231,7 +231,11 @@ func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[strin
 		t.retire(in)
 		return &runOutcome{err: err}
 	}
-	var rc uint32
+	var (
+		output    []byte
+		reusable  bool
+		resultErr error
+	)
 	inv.stageStart(StageGuest)
 	cpu, err, cause := t.guard(ctx, func(gctx context.Context, _ context.CancelCauseFunc) error {
 		in.sleep.ctx.Store(&gctx)
@@ -240,13 +244,22 @@ func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[strin
 		cctx = fuel.WithTableAccount(context.WithValue(cctx, invocationKey{}, inv), in.tables)
 		in.sleep.ctx.Store(&cctx)
 		res, err := in.handle.Call(cctx)
+		var rc uint32
 		if err == nil && len(res) > 0 {
 			rc = api.DecodeU32(res[0])
 		}
 		if err != nil && t.shape.exitOK && exitedOK(err) {
 			err = nil // proc_exit(0) ends an Extism call successfully
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		// The guest ABI reads its output or failure here, under the guard
+		// and the metered context: copying the output out of host memory
+		// is the call's work (cpuMs, interrupts), not the host's after it.
+		return resultStopped(func() {
+			output, reusable, resultErr = t.abi.result(cctx, t, inv, in.acct, rc)
+		})
 	})
 	in.sleep.ctx.Store(nil) // the instance keeps nothing of the call's context
 	in.stdout.Switch(nil)
@@ -254,14 +267,13 @@ func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[strin
 	stdout.Flush()
 	stderr.Flush()
 	out := &runOutcome{cpu: cpu, peak: in.acct.Peak(), fuel: in.meter.used(), acquired: acquired}
-	reusable := false
 	switch {
 	case err != nil && in.meter.ranOut() && cause == nil:
 		out.err = t.fuelExceeded(out.fuel)
 	case err != nil:
 		out.err = t.classify(ctx, inv, err, cause, in.acct, cpu, stderr.Tail(), t.shape.entry)
 	default:
-		out.output, reusable, out.err = t.abi.result(t, inv, in.acct, rc) // the guest ABI reads its output or failure
+		out.output, out.err = output, resultErr
 	}
 	inv.stageEnd(StageGuest, "", out.err)
 	reusable = reusable && !in.mod.IsClosed()
@@ -274,4 +286,33 @@ func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[strin
 	}
 	t.retire(in)
 	return out
+}
+
+// resultStopped runs a guest ABI's result step and returns, as an error, a
+// stop it raised the way host functions raise one (wazero turns theirs
+// into the call's error): fuel's interrupt or exhaustion, a trap, an
+// Extism host failure. classify maps it as it maps the guest's. Any other
+// panic is the host's own and goes on.
+func resultStopped(fn func()) (err error) {
+	defer func() {
+		p := recover()
+		if p == nil {
+			return
+		}
+		e, ok := p.(error)
+		if !ok || !isHostStop(e) {
+			panic(p)
+		}
+		err = e
+	}()
+	fn()
+	return nil
+}
+
+// isHostStop reports whether err is a panic value host code raises to stop
+// a call.
+func isHostStop(err error) bool {
+	var ht *hostTrap
+	var hf *hostFailure
+	return errors.Is(err, fuel.ErrInterrupted) || errors.Is(err, fuel.ErrExhausted) || errors.As(err, &ht) || errors.As(err, &hf)
 }

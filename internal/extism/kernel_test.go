@@ -3,6 +3,7 @@ package extism_test
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -262,4 +263,79 @@ func TestKernelFreeListBounded(t *testing.T) {
 	} else if _, err := fmt.Sscanf(s[i:], "(list %d)", &list); err != nil || list > 4*10000 {
 		t.Fatalf("%s: the free list holds %d entries for 10000 free blocks (%v)", s, list, err)
 	}
+}
+
+// Read (the Extism output's copy, among others) copies a chunk at a time,
+// each charged before it is copied, into memory it did not clear: what it
+// returns is exactly the range, written pages and never-written ones
+// (zeros) alike, at any offset; a meter that stops it mid-way leaves
+// nothing behind.
+func TestKernelReadChunkedExact(t *testing.T) {
+	m := &countingMeter{}
+	k := extism.New(limits.NewAccount(64<<20), m.charge)
+	if !k.Grow(16 << 20) {
+		t.Fatal("Grow failed")
+	}
+	// Garbage in the heap that an uncleared buffer could show: Read must
+	// overwrite every byte.
+	for range 4 {
+		junk := make([]byte, 12<<20)
+		for i := range junk {
+			junk[i] = 0xee
+		}
+		_ = junk
+	}
+	runtime.GC() // the junk's spans are free for Read's buffer
+	data := make([]byte, 3<<20+123)
+	for i := range data {
+		data[i] = byte(i%253) + 1
+	}
+	const at = 5<<20 + 777 // written pages between never-written ones
+	for i := 0; i < len(data); i += 8 {
+		var v uint64
+		for j := 7; j >= 0; j-- {
+			v <<= 8
+			if i+j < len(data) {
+				v |= uint64(data[i+j])
+			}
+		}
+		if i+8 <= len(data) {
+			if err := k.StoreU64(uint64(at+i), v); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			for j := i; j < len(data); j++ {
+				if err := k.StoreU8(uint64(at+j), data[j]); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	want := make([]byte, 12<<20)
+	copy(want[at-(1<<20):], data)
+	m.calls, m.bytes, m.maxN = 0, 0, 0
+	got := k.Read(1<<20, uint64(len(want)))
+	if string(got) != string(want) {
+		i := 0
+		for i < len(got) && got[i] == want[i] {
+			i++
+		}
+		t.Fatalf("Read differs at byte %d of %d", i, len(want))
+	}
+	if m.maxN > extism.Chunk || m.bytes != uint64(len(want)) || m.calls < uint64(len(want))/extism.Chunk {
+		t.Fatalf("Read of %d bytes: %d charges, largest %d, total %d", len(want), m.calls, m.maxN, m.bytes)
+	}
+	if len(k.Read(3, 0)) != 0 || k.Read(3, 0) == nil {
+		t.Fatal("an empty Read is not an empty slice")
+	}
+	m.stopAfter = m.calls + 5
+	func() {
+		defer func() {
+			if _, ok := recover().(stopped); !ok {
+				t.Fatal("Read did not stop at the meter's panic")
+			}
+		}()
+		k.Read(0, 8<<20)
+		t.Fatal("a stopped Read returned")
+	}()
 }

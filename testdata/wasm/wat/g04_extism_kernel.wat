@@ -17,6 +17,9 @@
 ;;   http_body    loop { reset; http_request(the input as the request, a
 ;;                16 MiB body) }
 ;;   headers      http_request(the input), output the http_headers object
+;;   output_big   alloc(480 MiB), output_set of it, return: the host's copy of
+;;                the output (pages never written: zeros) after the guest
+;;                returned is the call's only work
 (module
   (import "extism:host/env" "alloc" (func $alloc (param i64) (result i64)))
   (import "extism:host/env" "free" (func $free (param i64)))
@@ -161,4 +164,10 @@
     (call $free (call $http_request (call $request) (i64.const 0)))
     (local.set $h (call $http_headers))
     (call $output_set (local.get $h) (call $length (local.get $h)))
+    (i32.const 0))
+
+  (func (export "output_big") (result i32)
+    (local $h i64)
+    (local.set $h (call $alloc (i64.const 0x1e000000)))
+    (call $output_set (local.get $h) (i64.const 0x1e000000))
     (i32.const 0)))
