@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"sort"
 	"strconv"
 	"sync"
 
@@ -271,50 +270,33 @@ func (inv *invocation) httpClose(h int32) int32 {
 // w.Limit: over it, input-validation-failed naming the budget; stopped,
 // w.Check's error.
 func (inv *invocation) checkSecrets(w manifest.Work) error {
-	t := inv.tool
-	if len(t.needs.secrets) == 0 || t.m.NeedsSpec == nil {
+	checks := inv.tool.needs.secretChecks // compiled at load (compileNeeds)
+	if len(checks) == 0 {
 		return nil
 	}
-	optional := map[string]bool{}
-	for _, n := range t.m.Needs {
-		if n.Optional {
-			optional[n.Name] = true
-		}
-	}
-	names := make([]string, 0, len(t.needs.secrets))
-	for name := range t.needs.secrets {
-		names = append(names, name)
-	}
-	sort.Strings(names)
 	var issues []toolerr.Issue
 	// The values share the call's work budget: each may spend its part.
 	if w.Limit > 0 {
-		w.Limit = max(w.Limit/int64(len(names)), 1)
+		w.Limit = max(w.Limit/int64(len(checks)), 1)
 	}
-	for _, name := range names {
-		ptr := "/ctx/secrets/" + escapePointer(name)
-		v, ok := inv.secretValue(name)
+	for _, c := range checks {
+		v, ok := inv.secretValue(c.name)
 		if !ok {
-			if !optional[name] {
+			if !c.optional {
 				issues = append(issues, toolerr.Issue{InstancePath: "/ctx/secrets", SchemaPath: "#/needsSpec/secrets", Keyword: "required",
-					Params: map[string]any{"missingProperty": name}, Message: "must have required property '" + name + "'"})
+					Params: map[string]any{"missingProperty": c.name}, Message: "must have required property '" + c.name + "'"})
 			}
 			continue
 		}
-		raw := t.m.NeedsSpec.Secrets[name]
-		s, err := manifest.CompileSchema("/needsSpec/secrets/"+escapePointer(name), raw)
-		if err != nil {
-			return err
-		}
 		doc, _ := json.Marshal(v)
-		_, iss, err := s.ValidateLimited(doc, false, manifest.DefaultValidationBudget, w)
-		if err := needsStopped(ptr, err); err != nil {
+		_, iss, err := c.schema.ValidateLimited(doc, false, manifest.DefaultValidationBudget, w)
+		if err := needsStopped(c.pointer, err); err != nil {
 			return err
 		}
 		for _, is := range iss {
 			// Params may echo parts of the value (const, enum matches):
 			// keep only what the schema says, never the secret.
-			issues = append(issues, toolerr.Issue{InstancePath: ptr + is.InstancePath, SchemaPath: is.SchemaPath, Keyword: is.Keyword,
+			issues = append(issues, toolerr.Issue{InstancePath: c.pointer + is.InstancePath, SchemaPath: is.SchemaPath, Keyword: is.Keyword,
 				Params: map[string]any{}, Message: "the secret does not satisfy its declared schema (" + is.Keyword + ")"})
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"hash"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -16,12 +17,25 @@ import (
 	"github.com/sandboxd/sandboxd/toolerr"
 )
 
-// needs holds the compiled value schemas of needsSpec.env and .config and the
-// declared secret names.
+// needs holds the compiled value schemas of needsSpec.env, .config and
+// .secrets and the declared secret names. Every schema is compiled once, at
+// load: a call only validates (a manifest.Schema is safe for concurrent
+// use).
 type needs struct {
 	env     map[string]*manifest.Schema
 	config  map[string]*manifest.Schema
 	secrets map[string]bool
+	// secretChecks are the declared secrets in name order, as checkSecrets
+	// checks them.
+	secretChecks []secretCheck
+}
+
+// secretCheck is one declared secret: its compiled schema, whether a needs
+// entry makes it optional, and its pointer in the call context.
+type secretCheck struct {
+	name, pointer string // pointer: /ctx/secrets/NAME
+	schema        *manifest.Schema
+	optional      bool
 }
 
 func compileNeeds(m *manifest.Manifest) (*needs, error) {
@@ -43,8 +57,19 @@ func compileNeeds(m *manifest.Manifest) (*needs, error) {
 		}
 		n.config[name] = s
 	}
-	for name := range m.NeedsSpec.Secrets {
+	optional := map[string]bool{}
+	for _, need := range m.Needs {
+		if need.Optional {
+			optional[need.Name] = true
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(m.NeedsSpec.Secrets)) {
+		s, err := manifest.CompileSchema("/needsSpec/secrets/"+escapePointer(name), m.NeedsSpec.Secrets[name])
+		if err != nil {
+			return nil, err
+		}
 		n.secrets[name] = true
+		n.secretChecks = append(n.secretChecks, secretCheck{name: name, pointer: "/ctx/secrets/" + escapePointer(name), schema: s, optional: optional[name]})
 	}
 	return n, nil
 }
