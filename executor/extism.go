@@ -226,16 +226,15 @@ func (abiExtism) result(ctx context.Context, t *reactorHandler, inv *invocation,
 	}
 	out := k.Read(k.OutputOff, k.OutputLen) // charged per chunk (k.charge)
 	if stringOut {
-		// One pass to tell JSON from text, two to quote text: charged
-		// before, each a pass over at most memMB bytes (bounds.md "Open").
-		chargeBytes(ctx, uint64(len(out)))
-		if !json.Valid(out) {
-			chargeBytes(ctx, 2*uint64(len(out)))
-			n := jsonStringLen(out)
+		// A pass to tell JSON from text, two more to quote text, each
+		// charged a chunk at a time like the copy.
+		tick := func() { chargeBytes(ctx, hostChunk) }
+		if !validJSON(out, tick) {
+			n := jsonStringLen(out, tick)
 			if !acct.Reserve(int64(n)) {
 				return nil, false, t.memExceeded(acct.Refused(), fmt.Sprintf("the output as a JSON string (%d bytes) does not fit in memMB %d", n, t.limits.memMB))
 			}
-			out = appendJSONString(make([]byte, 0, n), out)
+			out = appendJSONString(uncleared(n), out, tick)
 		}
 	}
 	return out, reusable, nil

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/sandboxd/sandboxd/abi"
 	"github.com/sandboxd/sandboxd/limits"
@@ -310,10 +312,17 @@ func readCharged(r io.Reader, acct *limits.Account, capAt int64) ([]byte, error)
 	return data, nil
 }
 
-// jsonStringLen is the length of appendJSONString(nil, b).
-func jsonStringLen(b []byte) int {
+// jsonStringLen is the length of appendJSONString(nil, b, tick). tick (nil:
+// none) is called after every hostChunk bytes of b, as appendJSONString
+// and validJSON call theirs.
+func jsonStringLen(b []byte, tick func()) int {
 	n := 2
+	next := hostChunk
 	for i := 0; i < len(b); {
+		if tick != nil && i >= next {
+			tick()
+			next = i + hostChunk
+		}
 		c := b[i]
 		if c < utf8.RuneSelf {
 			switch {
@@ -347,10 +356,17 @@ func jsonStringLen(b []byte) int {
 
 // appendJSONString appends b as a JSON string: invalid UTF-8 becomes
 // U+FFFD, and <, >, &, U+2028 and U+2029 are escaped as encoding/json does.
-func appendJSONString(dst, b []byte) []byte {
+// tick (nil: none) is called after every hostChunk bytes of b: it may
+// panic to stop the work (a call's chargeBytes).
+func appendJSONString(dst, b []byte, tick func()) []byte {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
+	next := hostChunk
 	for i := 0; i < len(b); {
+		if tick != nil && i >= next {
+			tick()
+			next = i + hostChunk
+		}
 		c := b[i]
 		if c < utf8.RuneSelf {
 			switch {
@@ -384,6 +400,231 @@ func appendJSONString(dst, b []byte) []byte {
 		i += size
 	}
 	return append(dst, '"')
+}
+
+// validJSON is json.Valid(b) — exactly one JSON value (RFC 8259, nesting at
+// most encoding/json's 10000 deep, string bytes not checked as UTF-8) with
+// only whitespace around it — calling tick (nil: none) after every
+// hostChunk bytes, so that a call can stop it: json.Valid is one step of
+// seconds for hundreds of MiB (2.8 s for 256 MiB at load 10).
+func validJSON(b []byte, tick func()) bool {
+	const maxDepth = 10000 // encoding/json's maxNestingDepth
+	v := jsonScan{b: b, tick: tick, next: hostChunk}
+	var stack []byte // the open containers, '{' or '['
+	for {
+		// A value is expected at v.i.
+		v.at()
+		v.space()
+		if v.i >= len(b) {
+			return false
+		}
+		switch c := b[v.i]; c {
+		case '{', '[':
+			if len(stack) == maxDepth {
+				return false
+			}
+			v.i++
+			v.space()
+			if v.i < len(b) && b[v.i] == c+2 { // '}' or ']'
+				v.i++
+				break // an empty container: a value
+			}
+			stack = append(stack, c)
+			if c == '{' && !v.member() {
+				return false
+			}
+			continue
+		case '"':
+			if !v.str() {
+				return false
+			}
+		case 't':
+			if !v.literal("true") {
+				return false
+			}
+		case 'f':
+			if !v.literal("false") {
+				return false
+			}
+		case 'n':
+			if !v.literal("null") {
+				return false
+			}
+		default:
+			if !v.number() {
+				return false
+			}
+		}
+		// After a value: close containers, or a comma and the next one.
+		for {
+			v.at()
+			v.space()
+			if len(stack) == 0 {
+				return v.i == len(b)
+			}
+			if v.i >= len(b) {
+				return false
+			}
+			top, c := stack[len(stack)-1], b[v.i]
+			if c == top+2 { // '}' or ']'
+				v.i++
+				stack = stack[:len(stack)-1]
+				continue
+			}
+			if c != ',' {
+				return false
+			}
+			v.i++
+			if top == '{' && !v.member() {
+				return false
+			}
+			break
+		}
+	}
+}
+
+// jsonScan is validJSON's position in b.
+type jsonScan struct {
+	b    []byte
+	i    int
+	tick func()
+	next int
+}
+
+// at calls tick once another hostChunk bytes have been passed.
+func (v *jsonScan) at() {
+	if v.tick != nil && v.i >= v.next {
+		v.tick()
+		v.next = v.i + hostChunk
+	}
+}
+
+func (v *jsonScan) space() {
+	for v.i < len(v.b) {
+		switch v.b[v.i] {
+		case ' ', '\t', '\n', '\r':
+			v.i++
+			v.at()
+		default:
+			return
+		}
+	}
+}
+
+// member reads an object member's key and colon (the value follows).
+func (v *jsonScan) member() bool {
+	v.space()
+	if v.i >= len(v.b) || v.b[v.i] != '"' || !v.str() {
+		return false
+	}
+	v.space()
+	if v.i >= len(v.b) || v.b[v.i] != ':' {
+		return false
+	}
+	v.i++
+	return true
+}
+
+// str reads a string from its opening quote.
+func (v *jsonScan) str() bool {
+	b := v.b
+	v.i++
+	for v.i < len(b) {
+		v.at()
+		switch c := b[v.i]; {
+		case c == '"':
+			v.i++
+			return true
+		case c == '\\':
+			if v.i+1 >= len(b) {
+				return false
+			}
+			switch b[v.i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				v.i += 2
+			case 'u':
+				if v.i+6 > len(b) {
+					return false
+				}
+				for _, h := range b[v.i+2 : v.i+6] {
+					if !('0' <= h && h <= '9' || 'a' <= h && h <= 'f' || 'A' <= h && h <= 'F') {
+						return false
+					}
+				}
+				v.i += 6
+			default:
+				return false
+			}
+		case c < 0x20:
+			return false
+		default:
+			v.i++
+		}
+	}
+	return false
+}
+
+func (v *jsonScan) literal(word string) bool {
+	if !bytes.HasPrefix(v.b[v.i:], []byte(word)) {
+		return false
+	}
+	v.i += len(word)
+	return true
+}
+
+// number reads -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?.
+func (v *jsonScan) number() bool {
+	b := v.b
+	if v.i < len(b) && b[v.i] == '-' {
+		v.i++
+	}
+	switch {
+	case v.i < len(b) && b[v.i] == '0':
+		v.i++
+	case v.i < len(b) && '1' <= b[v.i] && b[v.i] <= '9':
+		v.digits()
+	default:
+		return false
+	}
+	if v.i < len(b) && b[v.i] == '.' {
+		v.i++
+		if v.digits() == 0 {
+			return false
+		}
+	}
+	if v.i < len(b) && (b[v.i] == 'e' || b[v.i] == 'E') {
+		v.i++
+		if v.i < len(b) && (b[v.i] == '+' || b[v.i] == '-') {
+			v.i++
+		}
+		if v.digits() == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (v *jsonScan) digits() int {
+	start := v.i
+	for v.i < len(v.b) && '0' <= v.b[v.i] && v.b[v.i] <= '9' {
+		v.i++
+		v.at()
+	}
+	return v.i - start
+}
+
+// uncleared returns an empty slice with room for n bytes that the runtime
+// did not clear (strings.Builder's buffer): a make of n bytes clears them
+// in one step no tick divides. The caller appends every byte it reads.
+func uncleared(n int) []byte {
+	if n == 0 {
+		return nil
+	}
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteByte(0)
+	s := b.String() // the only string over the buffer, dropped here
+	return unsafe.Slice(unsafe.StringData(s), n)[:0]
 }
 
 // sanitizeLine makes guest text safe to print: valid UTF-8, no control

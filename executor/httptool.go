@@ -140,12 +140,12 @@ func (t *httpHandler) run(ctx context.Context, inv *invocation, _ map[string]str
 		return out
 	}
 	if !s.ParseJSON {
-		n := jsonStringLen(data)
+		n := jsonStringLen(data, nil)
 		if !acct.Reserve(int64(n)) {
 			out.err = t.memExceeded(acct.Refused(), fmt.Sprintf("the output does not fit in memMB %d", t.limits.memMB))
 			return out
 		}
-		out.output = appendJSONString(make([]byte, 0, n), data)
+		out.output = appendJSONString(make([]byte, 0, n), data, nil)
 		return out
 	}
 	if len(data) == 0 {

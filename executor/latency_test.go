@@ -351,6 +351,20 @@ func TestExtismOutputCopyBounded(t *testing.T) {
 		t.Errorf("%s: want every stop within %d ms of the limit", g.name, stopBound)
 	}
 
+	// With a string output schema the copy is followed by a pass telling
+	// JSON from text and two quoting it (zeros: \u0000 each, which then
+	// does not fit in memMB): a limit of 200 ms lands in those passes,
+	// which stop within stopBound of it too (json.Valid and the quoting
+	// were one step each: 1-2 s for 480 MiB here).
+	gs := g
+	gs.edit = func(m map[string]any) { m["output"] = map[string]any{"type": "string"} }
+	cpuS := measureRobust(t, latLoad(t, e, gs, 200), gs, n, 200, 0, toolerr.LimitsExceeded)
+	wallS := measureRobust(t, latLoad(t, e, gs, 600_000), gs, n, 0, 200*time.Millisecond, toolerr.DeadlineExceeded)
+	t.Logf("%s, string output: past cpuMs 200: %v; past a 200 ms deadline: %v", g.name, cpuS, wallS)
+	if cpuS.excess99 > stopBound*time.Millisecond || wallS.excess99 > stopBound*time.Millisecond {
+		t.Errorf("%s, string output: want every stop within %d ms of the limit", g.name, stopBound)
+	}
+
 	// The copy pays bytes fuel: a fuel budget below it ends the call
 	// there (limits-exceeded fuel, the copy's charge in usage.fuel).
 	fuelTool := latLoad(t, newExecutor(t, func(c executor.Config) executor.Config { return c.WithFuelBudget(4_000_000) }), g, 600_000)
