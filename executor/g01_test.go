@@ -147,3 +147,34 @@ func TestG01ValidationBoundedByDeadline(t *testing.T) {
 		}
 	})
 }
+
+// Decoding a document before its validation is stopped by the call's
+// deadline too (issue 24): a 64 MiB input string of non-ASCII text (the
+// decoder's slowest run, 0.3-1 s here) under a 20 ms deadline is answered
+// deadline-exceeded within the grace, for the fast-path schema shape and
+// for the full path.
+func TestG01DecodingBoundedByDeadline(t *testing.T) {
+	e := newExecutor(t)
+	input := []byte(`{"data":"` + strings.Repeat("é", 32<<20) + `"}`)
+	const deadline = 20 * time.Millisecond
+	const grace = 100 * time.Millisecond
+	for name, prop := range map[string]map[string]any{
+		"fast path": {"type": "string"},
+		"full path": {"type": "string", "minLength": 1},
+	} {
+		tool := load(t, e, "echo_reactor", func(m map[string]any) {
+			m["input"] = map[string]any{"type": "object", "properties": map[string]any{"data": prop}, "required": []any{"data"}}
+			m["limits"] = map[string]any{"memMB": 512, "cpuMs": 300000}
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		start := time.Now()
+		_, err := tool.Invoke(ctx, executor.Request{Input: input})
+		took := time.Since(start)
+		cancel()
+		wantCode(t, err, toolerr.DeadlineExceeded)
+		t.Logf("%s: answered %v after the start (deadline %v)", name, took, deadline)
+		if took > deadline+grace {
+			t.Errorf("%s: answered %v after the start, want within %v of the %v deadline", name, took, grace, deadline)
+		}
+	}
+}

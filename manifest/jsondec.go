@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -42,7 +43,16 @@ type decodeOpts struct {
 	budget int64
 	// discard checks the document without building a tree (v is nil).
 	discard bool
+	// check, when non-nil, is called after about every tickBytes bytes of
+	// the document (never for a smaller one): an error from it stops the
+	// decoding, which returns that error as is (Work.Check's contract).
+	check func() error
 }
+
+// tickBytes is how many bytes of a document the decoder reads between two
+// calls of decodeOpts.check: about a fraction of a millisecond of work
+// (a var so that tests can make every read a tick).
+var tickBytes = 64 << 10
 
 // Estimated memory of validating a document, per decoded value, charged
 // against a validation budget before the validator runs. Measured with
@@ -126,6 +136,20 @@ type decoder struct {
 	out   decoded
 	stack []frame
 	cost  int64 // estimated validation bytes so far (decodeOpts.budget)
+	// tickAt is the offset at which check is next called (MaxInt: never).
+	tickAt int
+}
+
+// tick calls opts.check once the document has been read up to pos past
+// tickAt, and panics with its error (stopped, recovered in decodeJSON).
+func (d *decoder) tick(pos int) {
+	if pos < d.tickAt {
+		return
+	}
+	if err := d.opts.check(); err != nil {
+		panic(stopped{err})
+	}
+	d.tickAt = pos + tickBytes
 }
 
 // charge adds n to the estimate and fails once it passes the budget.
@@ -143,11 +167,19 @@ func (d *decoder) charge(n int64) error {
 
 // decodeJSON decodes data, which must hold exactly one JSON value (RFC 8259)
 // with optional surrounding whitespace. Numbers stay json.Number.
-func decodeJSON(data []byte, opts decodeOpts) (*decoded, error) {
+//
+// With opts.check the decoding can be stopped: it reads at most about
+// tickBytes bytes between two calls of it (strings, whitespace and number
+// digits are read in runs of at most that many), and returns its error.
+func decodeJSON(data []byte, opts decodeOpts) (_ *decoded, err error) {
 	if opts.maxDepth <= 0 {
 		opts.maxDepth = maxDepth
 	}
-	d := &decoder{data: data, opts: opts}
+	d := &decoder{data: data, opts: opts, tickAt: math.MaxInt}
+	if opts.check != nil {
+		d.tickAt = tickBytes
+		defer recoverStop(&err)
+	}
 	d.skipWS()
 	v, err := d.value()
 	if err != nil {
@@ -216,6 +248,9 @@ func (d *decoder) skipWS() {
 		switch d.data[d.pos] {
 		case ' ', '\t', '\n', '\r':
 			d.pos++
+			if d.pos >= d.tickAt {
+				d.tick(d.pos)
+			}
 		default:
 			return
 		}
@@ -223,6 +258,9 @@ func (d *decoder) skipWS() {
 }
 
 func (d *decoder) value() (any, error) {
+	if d.pos >= d.tickAt {
+		d.tick(d.pos)
+	}
 	if err := d.charge(ValueCost); err != nil {
 		return nil, err
 	}
@@ -414,6 +452,9 @@ func (d *decoder) number() (any, error) {
 		for i < len(data) && data[i] >= '0' && data[i] <= '9' {
 			i++
 			n++
+			if i >= d.tickAt {
+				d.tick(i)
+			}
 		}
 		return n
 	}
@@ -483,7 +524,7 @@ func (d *decoder) string() (any, error) {
 	start := d.pos
 	data := d.data
 	// Fast path: plain ASCII without escapes.
-	if i := start + plainRun(data[start:]); i < len(data) && data[i] == '"' {
+	if i := d.plainRun(start); i < len(data) && data[i] == '"' {
 		d.pos = i + 1
 		if d.opts.discard {
 			return "", nil // a constant: no allocation
@@ -503,6 +544,9 @@ func (d *decoder) string() (any, error) {
 		if i >= len(data) {
 			d.pos = i
 			return nil, d.errorf("unexpected end of JSON input")
+		}
+		if i >= d.tickAt {
+			d.tick(i)
 		}
 		c := data[i]
 		switch {
@@ -598,6 +642,26 @@ func (d *decoder) string() (any, error) {
 				sb.WriteRune(r)
 			}
 			i += size
+		}
+	}
+}
+
+// plainRun is start plus the length of plainRun(d.data[start:]), read in
+// runs of at most tickBytes between ticks.
+func (d *decoder) plainRun(start int) int {
+	if d.tickAt == math.MaxInt {
+		return start + plainRun(d.data[start:])
+	}
+	i := start
+	for {
+		if i >= d.tickAt {
+			d.tick(i)
+		}
+		end := min(len(d.data), d.tickAt)
+		n := plainRun(d.data[i:end])
+		i += n
+		if i < end || end == len(d.data) {
+			return i
 		}
 	}
 }

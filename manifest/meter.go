@@ -57,7 +57,9 @@ type Work struct {
 	Limit int64
 	// Check, when non-nil, is called before any work and then about every
 	// checkEvery units; an error from it stops the validation, which
-	// returns that error as is.
+	// returns that error as is. Decoding the document, before the
+	// validation's work is counted, calls it too: after about every 64 KiB
+	// of a document larger than that (decodeOpts.check).
 	Check func() error
 }
 

@@ -168,7 +168,10 @@ func (s *Schema) ValidateWithin(doc []byte, fillDefaults bool, budget int64) (ou
 // about every fraction of a millisecond of work. Over the work limit the
 // validation stops with a *WorkError (errors.Is ErrWorkBudget); when
 // w.Check returns an error it stops with that error. Either way it stops
-// at once, and out and issues are nil. The cost is estimated while decoding, before
+// at once, and out and issues are nil. w.Check is also called while the
+// document is decoded, after about every 64 KiB of it (so a document of
+// hundreds of MiB stops as soon as the check does; a document not larger
+// is decoded without a call). The cost is estimated while decoding, before
 // the validator runs: ValueCost per JSON value (its tree node and the
 // validator error it may produce) plus the bytes of strings that must be
 // copied; a document over the budget fails with an error matching
@@ -199,18 +202,21 @@ func (s *Schema) ValidateLimited(doc []byte, fillDefaults bool, budget int64, w 
 		budget = DefaultValidationBudget
 	}
 	if !fillDefaults && s.acceptsAll() {
-		if _, err := decodeJSON(doc, decodeOpts{discard: true}); err != nil {
+		if _, err := decodeJSON(doc, decodeOpts{discard: true, check: w.Check}); err != nil {
 			return nil, nil, err
 		}
 		return doc, nil, nil
 	}
-	if s.fast != nil && s.reach == nil && s.fast.valid(doc, budget) {
+	// The fast path reads a document without ticks: a large one (whose
+	// decoding costs as much as the fast path saves) goes to the decoder,
+	// which calls w.Check as it reads.
+	if s.fast != nil && s.reach == nil && (w.Check == nil || len(doc) <= tickBytes) && s.fast.valid(doc, budget) {
 		return doc, nil, nil // what the full path returns for it (fastpath.go)
 	}
 	// The tree borrows doc's bytes: it is dropped before Validate returns
 	// (defaults are re-encoded into new bytes); issues are detached from it
 	// (their strings copied).
-	d, err := decodeJSON(doc, decodeOpts{borrow: true, budget: budget})
+	d, err := decodeJSON(doc, decodeOpts{borrow: true, budget: budget, check: w.Check})
 	if err != nil {
 		return nil, nil, err
 	}
