@@ -86,7 +86,7 @@ func (abiV1) result(_ context.Context, t *reactorHandler, inv *invocation, acct 
 	return inv.output, true, nil
 }
 
-func (abiV1) begin(*reactorHandler, *instance, *invocation) error { return nil }
+func (abiV1) begin(context.Context, *reactorHandler, *instance, *invocation) error { return nil }
 
 // errnoOf maps an egress failure to the ABI v1 error number its host
 // import returns.

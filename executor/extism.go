@@ -166,15 +166,25 @@ func schemaIsString(raw json.RawMessage) bool {
 // begin prepares an Extism call on in: a fresh kernel holding the input
 // (the validated JSON text, or a string input's UTF-8 bytes) and the
 // instance's vars, emptied at every call unless the posture is none.
-func (abiExtism) begin(t *reactorHandler, in *instance, inv *invocation) error {
+// It runs in the call's guard under ctx: unquoting a string input and
+// copying the input into kernel memory are charged a chunk at a time to the
+// call, on its CPU clock, and stop it within a chunk of its deadline, cpuMs
+// or fuel budget.
+func (abiExtism) begin(ctx context.Context, t *reactorHandler, in *instance, inv *invocation) error {
 	input := inv.input
 	if t.shape.stringInput {
-		var s string
-		if json.Unmarshal(inv.input, &s) == nil {
-			input = []byte(s)
+		if s, ok := unquoteJSONString(inv.input, func() { chargeBytes(ctx, hostChunk) }); ok {
+			input = s
+		} else {
+			var s string
+			if json.Unmarshal(inv.input, &s) == nil { // not a JSON string: null at most
+				input = []byte(s)
+			}
 		}
 	}
 	k := newExtismKernel(in.acct)
+	k.ctx = ctx
+	defer func() { k.ctx = context.Background() }() // the kernel keeps nothing of the call's context
 	if !k.Grow(extism.Page) || !k.SetInput(input) {
 		return t.memExceeded(in.acct.Refused(), fmt.Sprintf("the Extism kernel memory for the input (%d bytes) does not fit in memMB %d", len(input), t.limits.memMB))
 	}
@@ -321,7 +331,7 @@ type extismKernel struct {
 }
 
 func newExtismKernel(acct *limits.Account) *extismKernel {
-	k := &extismKernel{ctx: context.Background()} // begin's work (the input) is not charged
+	k := &extismKernel{ctx: context.Background()} // charging no call until one sets ctx
 	k.Kernel = extism.New(acct, k.charge)
 	return k
 }

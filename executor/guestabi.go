@@ -37,8 +37,11 @@ type guestABI interface {
 	// call as a host function does (a fuel or trap panic: resultStopped).
 	result(ctx context.Context, t *reactorHandler, inv *invocation, acct *limits.Account, rc uint32) (output []byte, reusable bool, err error)
 	// begin prepares a reactor call on in before its entry runs (the
-	// call's ABI state in inv); an error fails the call.
-	begin(t *reactorHandler, in *instance, inv *invocation) error
+	// call's ABI state in inv); an error fails the call. It runs inside the
+	// call's guard under ctx, as result does: work in proportion to the
+	// input (Extism's unquoting and copy into kernel memory) is the
+	// call's, charged a chunk at a time, and may stop it the same way.
+	begin(ctx context.Context, t *reactorHandler, in *instance, inv *invocation) error
 }
 
 // moduleShape is what a guest ABI recognised in a module.

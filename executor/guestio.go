@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
 
@@ -611,6 +612,133 @@ func (v *jsonScan) digits() int {
 		v.at()
 	}
 	return v.i - start
+}
+
+// unquoteJSONString is what json.Unmarshal of b into a string gives when b
+// is one JSON string with only whitespace around it (invalid UTF-8 and lone
+// surrogate escapes become U+FFFD); ok is false for anything else. tick
+// (nil: none) is called after every hostChunk bytes of b, as validJSON
+// calls its own: it may panic to stop the work.
+func unquoteJSONString(b []byte, tick func()) (out []byte, ok bool) {
+	i := 0
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	if i >= len(b) || b[i] != '"' {
+		return nil, false
+	}
+	i++
+	out = uncleared(len(b) - i)
+	next := i + hostChunk
+	for {
+		if tick != nil && i >= next {
+			tick()
+			next = i + hostChunk
+		}
+		// A run of plain bytes, up to the next tick.
+		j, end := i, min(len(b), next)
+		for j < end {
+			if c := b[j]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' {
+				break
+			}
+			j++
+		}
+		out = append(out, b[i:j]...)
+		i = j
+		if i >= len(b) {
+			return nil, false
+		}
+		if i == end {
+			continue
+		}
+		switch c := b[i]; {
+		case c == '"':
+			for i++; i < len(b); i++ {
+				if c := b[i]; c != ' ' && c != '\t' && c != '\n' && c != '\r' {
+					return nil, false
+				}
+			}
+			if out == nil {
+				out = []byte{}
+			}
+			return out, true
+		case c < 0x20:
+			return nil, false
+		case c == '\\':
+			if i+1 >= len(b) {
+				return nil, false
+			}
+			switch e := b[i+1]; e {
+			case '"', '\\', '/':
+				out = append(out, e)
+			case 'b':
+				out = append(out, '\b')
+			case 'f':
+				out = append(out, '\f')
+			case 'n':
+				out = append(out, '\n')
+			case 'r':
+				out = append(out, '\r')
+			case 't':
+				out = append(out, '\t')
+			case 'u':
+				r, ok := hex4(b, i+2)
+				if !ok {
+					return nil, false
+				}
+				i += 6
+				if utf16.IsSurrogate(r) {
+					r2 := rune(-1)
+					if i+1 < len(b) && b[i] == '\\' && b[i+1] == 'u' {
+						if v, ok := hex4(b, i+2); ok {
+							r2 = v
+						}
+					}
+					if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
+						r = dec
+						i += 6
+					} else {
+						r = utf8.RuneError
+					}
+				}
+				out = utf8.AppendRune(out, r)
+				continue
+			default:
+				return nil, false
+			}
+			i += 2
+		default:
+			r, size := utf8.DecodeRune(b[i:])
+			if r == utf8.RuneError && size == 1 {
+				out = utf8.AppendRune(out, utf8.RuneError)
+			} else {
+				out = append(out, b[i:i+size]...)
+			}
+			i += size
+		}
+	}
+}
+
+// hex4 reads four hex digits at b[i:].
+func hex4(b []byte, i int) (rune, bool) {
+	if i+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r*16 + rune(c)
+	}
+	return r, true
 }
 
 // uncleared returns an empty slice with room for n bytes that the runtime

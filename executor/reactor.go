@@ -227,10 +227,6 @@ func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[strin
 		t.retire(in)
 		return &runOutcome{err: t.memExceeded(in.acct.Refused(), fmt.Sprintf("the input (%s) does not fit in memMB %d beside the guest's memory", mb(int64(len(inv.input))), t.limits.memMB))}
 	}
-	if err := t.abi.begin(t, in, inv); err != nil {
-		t.retire(in)
-		return &runOutcome{err: err}
-	}
 	var (
 		output    []byte
 		reusable  bool
@@ -243,6 +239,11 @@ func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[strin
 		defer done()
 		cctx = fuel.WithTableAccount(context.WithValue(cctx, invocationKey{}, inv), in.tables)
 		in.sleep.ctx.Store(&cctx)
+		// The guest ABI prepares the call here, under the guard: putting
+		// the input where the guest reads it is the call's work too.
+		if err := resultStopped(func() { resultErr = t.abi.begin(cctx, t, in, inv) }); err != nil || resultErr != nil {
+			return err // resultErr: the call fails with it, the instance retired (not reusable)
+		}
 		res, err := in.handle.Call(cctx)
 		var rc uint32
 		if err == nil && len(res) > 0 {
