@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/internal/httpspec"
 	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/manifest"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
 
@@ -49,9 +51,16 @@ func (t *httpHandler) run(ctx context.Context, inv *invocation, _ map[string]str
 		return out
 	}
 	var in map[string]any
-	dec := json.NewDecoder(strings.NewReader(string(inv.input)))
-	dec.UseNumber()
-	_ = dec.Decode(&in) // a non-object input fills no placeholder
+	if out.err = t.hostWork(ctx, out, func(w manifest.Work, _ func()) error {
+		v, err := manifest.DecodeValue(inv.input, w.Check)
+		if err != nil && !isSyntax(err) {
+			return err // stopped
+		}
+		in, _ = v.(map[string]any) // a non-object input fills no placeholder
+		return nil
+	}); out.err != nil {
+		return out
+	}
 	u, err := s.URL(in)
 	if err != nil {
 		out.err = expandError(s, err)
@@ -140,29 +149,94 @@ func (t *httpHandler) run(ctx context.Context, inv *invocation, _ map[string]str
 		return out
 	}
 	if !s.ParseJSON {
-		n := jsonStringLen(data, nil)
-		if !acct.Reserve(int64(n)) {
-			out.err = t.memExceeded(acct.Refused(), fmt.Sprintf("the output does not fit in memMB %d", t.limits.memMB))
-			return out
+		// Quoting is two passes over the body, on the call's CPU clock,
+		// each checked every hostChunk bytes.
+		out.err = t.hostWork(ctx, out, func(_ manifest.Work, tick func()) error {
+			n := jsonStringLen(data, tick)
+			if !acct.Reserve(int64(n)) {
+				return t.memExceeded(acct.Refused(), fmt.Sprintf("the output does not fit in memMB %d", t.limits.memMB))
+			}
+			out.output = appendJSONString(uncleared(n), data, tick)
+			return nil
+		})
+		if out.err != nil {
+			out.output = nil
 		}
-		out.output = appendJSONString(make([]byte, 0, n), data, nil)
 		return out
 	}
 	if len(data) == 0 {
 		out.output = []byte("null") // Kindgi: an empty body parses to null
 		return out
 	}
-	if !json.Valid(data) {
-		var v any
+	valid := false
+	if out.err = t.hostWork(ctx, out, func(_ manifest.Work, tick func()) error {
+		valid = validJSON(data, tick)
+		return nil
+	}); out.err != nil {
+		return out
+	}
+	if !valid {
 		msg := "the response body was not valid JSON (spec.parseJson is true)"
-		if err := json.Unmarshal(data, &v); err != nil {
-			msg += ": " + err.Error()
+		if len(data) <= maxSyntaxDetail {
+			// json.Unmarshal's words for the problem: one more pass,
+			// uncharged, so only over a small body.
+			var v any
+			if err := json.Unmarshal(data, &v); err != nil {
+				msg += ": " + err.Error()
+			}
 		}
 		out.err = &toolerr.Error{Code: toolerr.HandlerError, Message: msg, Details: map[string]any{"status": resp.Status}}
 		return out
 	}
 	out.output = data
 	return out
+}
+
+// maxSyntaxDetail is the largest invalid response body whose error message
+// says where it is invalid.
+const maxSyntaxDetail = 1 << 20
+
+// hostStop carries a check's error out of a ticking pass.
+type hostStop struct{ err error }
+
+// hostWork runs fn, host work the call causes, on a locked OS thread whose
+// CPU time is added to out.cpu (usage.cpuMs), with the Work of a validation
+// (validating): w.Check, and tick, which panics to stop fn, end it when ctx
+// ends (deadline-exceeded, cancelled) or when the call's CPU time passes
+// cpuMs (limits-exceeded cpuMs). fn's own error is returned as is.
+func (t *httpHandler) hostWork(ctx context.Context, out *runOutcome, fn func(w manifest.Work, tick func()) error) error {
+	left := time.Duration(0)
+	if t.limits.cpuMs > 0 {
+		left = max(time.Duration(t.limits.cpuMs)*time.Millisecond-out.cpu, 1)
+	}
+	cpu, err := t.validating(ctx, left, func(w manifest.Work) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				s, ok := r.(hostStop)
+				if !ok {
+					panic(r)
+				}
+				err = s.err
+			}
+		}()
+		return fn(w, func() {
+			if err := w.Check(); err != nil {
+				panic(hostStop{err})
+			}
+		})
+	})
+	out.cpu += cpu
+	if errors.Is(err, errValidationCPU) {
+		return t.cpuExceeded(out.cpu, "the HTTP tool's host work (decoding its input, checking or quoting the response body)")
+	}
+	return err
+}
+
+// isSyntax reports whether err is a decoding failure of the document
+// itself (not a check's stop).
+func isSyntax(err error) bool {
+	var te *toolerr.Error
+	return !errors.As(err, &te) && !errors.Is(err, errValidationCPU)
 }
 
 // expandError maps a template of s that the input cannot fill. When some

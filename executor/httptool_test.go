@@ -368,3 +368,39 @@ func TestF11HTTPToolBodyMemory(t *testing.T) {
 	}
 	t.Logf("1 MB of 0x01, parseJson false, memMB 16: output %d bytes, peakMemMB %v", len(res.Output), res.Usage.PeakMemMB)
 }
+
+// A declarative HTTP tool's host work on the response (issue 24) runs on
+// the call's CPU clock with a check every 64 KiB: quoting a 64 MiB body
+// (spec.parseJson false; 100+ ms of CPU here) under cpuMs 20 ends
+// limits-exceeded cpuMs within stopBound of the budget, with the work in
+// usage.cpuMs; checking it as JSON (parseJson true) the same. Before, both
+// passes ran uncharged and uninterruptible, and only the output's
+// validation after them could stop the call.
+func TestHTTPToolHostWorkBounded(t *testing.T) {
+	srv, _ := echoServer(t)
+	port := serverPort(t, srv)
+	e := newExecutor(t, loopbackEgress, func(c executor.Config) executor.Config {
+		return c.WithEgressLimits(egress.Limits{MaxBodyBytes: 128 << 20})
+	})
+	const cpuMs = 20
+	for _, parse := range []bool{false, true} {
+		tool := loadHTTPTool(t, e, map[string]any{"kind": "http", "method": "GET", "urlTemplate": "http://api.test:" + port + "/big?n={n}", "parseJson": parse},
+			func(m map[string]any) { m["limits"] = map[string]any{"memMB": 512, "cpuMs": cpuMs} })
+		n := "67108864"
+		if parse {
+			n = "100000000" // validJSON is faster than the quoting
+		}
+		res, err := tool.Invoke(context.Background(), executor.Request{Input: []byte(`{"n":"` + n + `"}`), Context: executor.CallContext{TenantID: "t", RunID: "r"}})
+		te := wantCode(t, err, toolerr.LimitsExceeded)
+		obs, _ := te.Details["observed"].(int64)
+		// Output validation would stop at cpuMs too (it gets what is
+		// left): the stop must be the host work's, before it.
+		if te.Details["limit"] != "cpuMs" || res == nil || !strings.Contains(te.Message, "the HTTP tool's host work") {
+			t.Fatalf("parseJson %v: want limits-exceeded cpuMs with usage: %s %v %+v", parse, te.Message, te.Details, res)
+		}
+		t.Logf("parseJson %v: %s (usage.cpuMs %.1f)", parse, te.Message, res.Usage.CPUMs)
+		if obs > cpuMs+stopBound || res.Usage.CPUMs < cpuMs {
+			t.Errorf("parseJson %v: stopped at %d ms, usage.cpuMs %.1f; want within %d ms of cpuMs %d, charged", parse, obs, res.Usage.CPUMs, stopBound, cpuMs)
+		}
+	}
+}

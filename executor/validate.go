@@ -99,7 +99,7 @@ func (t *Tool) validateOutput(c context.Context, output []byte, budget int64, gu
 // Check that ends it when c ends or, with cpuLeft > 0, when the thread's
 // CPU time passes cpuLeft (errValidationCPU). It returns the CPU time fn
 // took.
-func (t *Tool) validating(c context.Context, cpuLeft time.Duration, fn func(manifest.Work) error) (time.Duration, error) {
+func (t *toolEnv) validating(c context.Context, cpuLeft time.Duration, fn func(manifest.Work) error) (time.Duration, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	clock := limits.CurrentThread()

@@ -165,6 +165,20 @@ func (d *decoder) charge(n int64) error {
 	return nil
 }
 
+// DecodeValue decodes doc, which must hold exactly one JSON value, into
+// map[string]any, []any, string, json.Number, bool and nil (a repeated key:
+// the last value; invalid UTF-8 and lone surrogate escapes: U+FFFD; the
+// decoder's depth and number limits apply). check (nil: none) is called
+// after about every 64 KiB of doc; an error from it stops the decoding,
+// which returns that error as is.
+func DecodeValue(doc []byte, check func() error) (any, error) {
+	d, err := decodeJSON(doc, decodeOpts{check: check})
+	if err != nil {
+		return nil, err
+	}
+	return d.v, nil
+}
+
 // decodeJSON decodes data, which must hold exactly one JSON value (RFC 8259)
 // with optional surrounding whitespace. Numbers stay json.Number.
 //
