@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/sandboxd/sandboxd/internal/suggest"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
 
@@ -63,7 +64,7 @@ func suggestProperty(schema any, is toolerr.Issue) string {
 	if a, ok := propertyAliases[name]; ok && contains(props, a) {
 		return a
 	}
-	return nearestName(name, props)
+	return suggest.Nearest(name, props)
 }
 
 // hasInner reports whether another issue of the list lies at or under the
@@ -277,7 +278,7 @@ func sentence(dataVar string, doc, schema any, is toolerr.Issue) string {
 		s := where + " must be " + orList(quoted)
 		if v, ok := valueAt(doc, is.InstancePath); ok {
 			if str, ok := v.(string); ok {
-				if n := nearestName(str, allowed); n != "" && len(allowed) > 1 {
+				if n := suggest.Nearest(str, allowed); n != "" && len(allowed) > 1 {
 					return s + " (got " + short(v) + "; did you mean " + strconv.Quote(n) + "?)"
 				}
 			}
@@ -370,45 +371,6 @@ func short(v any) string {
 		s = s[:37] + "..."
 	}
 	return s
-}
-
-// nearestName returns the candidate within two edits of s (and closer
-// than half its length), or "" when none is.
-func nearestName(s string, candidates []string) string {
-	best, bestD := "", 3
-	for _, c := range candidates {
-		if c == s {
-			return ""
-		}
-		if d := levenshtein(strings.ToLower(s), strings.ToLower(c)); d < bestD && d*2 <= len(s) {
-			best, bestD = c, d
-		}
-	}
-	return best
-}
-
-func levenshtein(a, b string) int {
-	if len(a) > 64 || len(b) > 64 {
-		return 64
-	}
-	row := make([]int, len(b)+1)
-	for j := range row {
-		row[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		prev := row[0]
-		row[0] = i
-		for j := 1; j <= len(b); j++ {
-			cur := row[j]
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			row[j] = min(row[j]+1, row[j-1]+1, prev+cost)
-			prev = cur
-		}
-	}
-	return row[len(b)]
 }
 
 // toolSchemaDoc is the embedded tool schema as generic JSON, for the

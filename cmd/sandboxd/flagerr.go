@@ -5,9 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/suggest"
 )
 
 // parseFlags runs parse (fs.Parse, or parseInterspersed for commands that
@@ -105,54 +106,13 @@ func flagHint(fs *flag.FlagSet, name string) string {
 	return ""
 }
 
-// nearest returns the candidate closest to s by edit distance when it is
-// close enough to be a slip (at most 2 edits, and fewer than half of s),
-// or the only candidate s is a prefix of; "" otherwise.
+// nearest returns the command or flag s is probably a slip for
+// (suggest.Nearest: at most 2 edits, and at most half of s), or else the
+// only one s abbreviates (suggest.Completion: "conf" → conformance); ""
+// otherwise.
 func nearest(s string, candidates []string) string {
-	sort.Strings(candidates)
-	best, bestD := "", 3
-	for _, c := range candidates {
-		if d := editDistance(s, c); d < bestD && d*2 < len(s)+1 {
-			best, bestD = c, d
-		}
+	if n := suggest.Nearest(s, candidates); n != "" {
+		return n
 	}
-	if best != "" {
-		return best
-	}
-	var prefixed []string
-	for _, c := range candidates {
-		if len(s) >= 3 && strings.HasPrefix(c, s) {
-			prefixed = append(prefixed, c)
-		}
-	}
-	if len(prefixed) == 1 {
-		return prefixed[0]
-	}
-	return ""
-}
-
-// editDistance is the Levenshtein distance of a and b (bytes; flag and
-// command names are ASCII). Inputs are short: one row of ints is enough.
-func editDistance(a, b string) int {
-	if len(a) > 64 || len(b) > 64 {
-		return 64 // a name that long is no slip of the keyboard
-	}
-	row := make([]int, len(b)+1)
-	for j := range row {
-		row[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		prev := row[0]
-		row[0] = i
-		for j := 1; j <= len(b); j++ {
-			cur := row[j]
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			row[j] = min(row[j]+1, row[j-1]+1, prev+cost)
-			prev = cur
-		}
-	}
-	return row[len(b)]
+	return suggest.Completion(s, candidates)
 }

@@ -2,7 +2,7 @@
 // cmd → server/conformance → executor → artifact, limits, egress, abi,
 // manifest; nothing imports cmd, the leaf packages never import the
 // executor, and no internal package but the test kit's exectest imports
-// executor, server or cmd.
+// executor, server or cmd; internal/suggest imports nothing of the module.
 package depcheck
 
 import (
@@ -39,6 +39,9 @@ func TestDependencyDirections(t *testing.T) {
 		// the test kit serves every package, so it imports none of them
 		"internal/sandboxtest": {"abi", "toolerr", "limits", "artifact", "manifest", "egress", "executor", "server", "cmd"},
 	}
+	// Leaves that import no package of the module at all: the one "did you
+	// mean" rule serves cmd, manifest, server and mcp alike.
+	standalone := map[string]bool{"internal/suggest": true}
 	dec := json.NewDecoder(strings.NewReader(string(out)))
 	seen := 0
 	for dec.More() {
@@ -56,6 +59,9 @@ func TestDependencyDirections(t *testing.T) {
 				continue
 			}
 			drel := strings.TrimPrefix(d, mod+"/")
+			if standalone[rel] {
+				t.Errorf("%s depends on %s: it imports nothing of the module", rel, drel)
+			}
 			if strings.HasPrefix(drel, "cmd/") {
 				t.Errorf("%s imports %s: nothing may import cmd", rel, drel)
 			}
