@@ -16,7 +16,9 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandboxd/sandboxd/executor"
+	"github.com/sandboxd/sandboxd/internal/suggest"
 	"github.com/sandboxd/sandboxd/server"
+	"github.com/sandboxd/sandboxd/toolerr"
 )
 
 // Options configure a Server. Zero values take the documented defaults.
@@ -88,6 +90,7 @@ func New(core *server.Server, opts Options) (*Server, error) {
 		// No logging capability: logs go to the process event stream.
 		Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{ListChanged: true}},
 	})
+	s.sdk.AddReceivingMiddleware(s.knownTools)
 	if problems := s.sync(); len(problems) > 0 {
 		return nil, &server.BootError{Problems: problems}
 	}
@@ -131,6 +134,43 @@ func (s *Server) sync() []server.Problem {
 	}
 	s.names = want
 	return problems
+}
+
+// knownTools answers a tools/call that names a tool the server does not
+// list before the SDK does, with the SDK's code (-32602) and words that
+// say what to change: the nearest listed name, as tool-not-in-pack gives
+// it on /v1/invoke, and where the names are (unknownTool).
+func (s *Server) knownTools(next sdk.MethodHandler) sdk.MethodHandler {
+	return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+		if r, ok := req.(*sdk.CallToolRequest); ok && method == "tools/call" && r.Params != nil {
+			s.mu.Lock()
+			known := s.names[r.Params.Name]
+			s.mu.Unlock()
+			if !known {
+				return nil, s.unknownTool(r.Params.Name)
+			}
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// unknownTool is the answer to a call of a tool the server does not list:
+//
+//	unknown tool "acme.ecko" (did you mean "acme.echo"?); tools/list lists the tools
+func (s *Server) unknownTool(name string) *jsonrpc.Error {
+	s.mu.Lock()
+	names := make([]string, 0, len(s.names))
+	for n := range s.names {
+		if n != name { // a tool a reload took from the core, not yet from the list
+			names = append(names, n)
+		}
+	}
+	s.mu.Unlock()
+	msg := fmt.Sprintf("unknown tool %q", clip(name))
+	if n := suggest.Nearest(name, names); n != "" {
+		msg += fmt.Sprintf(" (did you mean %q?)", n)
+	}
+	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: msg + "; tools/list lists the tools"}
 }
 
 // add registers t, turning an SDK panic (a schema it cannot take) into an
@@ -199,6 +239,9 @@ func (s *Server) callTool(ctx context.Context, req *sdk.CallToolRequest) (*sdk.C
 	o := s.core.Call(ctx, c)
 	if o.Gone {
 		return nil, ctx.Err()
+	}
+	if o.Err != nil && o.Err.Code == toolerr.ToolNotInPack { // a reload took it between the list and the call
+		return nil, s.unknownTool(p.Name)
 	}
 	res, err := resultFor(&o, p.Name)
 	if err == nil {

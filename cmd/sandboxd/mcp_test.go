@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
@@ -109,6 +111,12 @@ func goClientChecks(t *testing.T, cs *sdk.ClientSession) {
 	res, err = cs.CallTool(ctx, &sdk.CallToolParams{Name: "acme.lookup", Arguments: map[string]any{"id": 4}})
 	if err != nil || !res.IsError || !strings.HasPrefix(res.Content[0].(*sdk.TextContent).Text, "handler-error: ") {
 		t.Fatalf("lookup: %v %+v", err, res)
+	}
+	// An unknown tool: -32602 with the nearest name and where the names are.
+	_, err = cs.CallTool(ctx, &sdk.CallToolParams{Name: "acme.lokup", Arguments: map[string]any{}})
+	var we *jsonrpc.Error
+	if want := `unknown tool "acme.lokup" (did you mean "acme.lookup"?); tools/list lists the tools`; !errors.As(err, &we) || we.Code != jsonrpc.CodeInvalidParams || we.Message != want {
+		t.Errorf("unknown tool: %v, want -32602 %s", err, want)
 	}
 }
 
