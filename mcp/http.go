@@ -42,7 +42,10 @@ type HTTPOptions struct {
 // answers POST only (GET and DELETE: 405), refuses a loopback request
 // whose Host is not a loopback name (403, DNS rebinding), and ties a
 // 2026-07-28 call's context to its HTTP request (a closed stream cancels
-// the guest).
+// the guest). Being stateless, it serves a request that no initialize
+// came before (and ignores an Mcp-Session-Id, which it never issues). An
+// answer the SDK writes with JSON-RPC code 0 is re-encoded with a real
+// code on its way out (codeZeroWriter).
 func (s *Server) Handler(o HTTPOptions) http.Handler {
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = server.MaxBodyBytes
@@ -108,7 +111,7 @@ func (s *Server) Handler(o HTTPOptions) http.Handler {
 		if body != nil {
 			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 		}
-		h.ServeHTTP(w, r)
+		h.ServeHTTP(codeZeroWriter{w}, r)
 	})
 }
 

@@ -238,7 +238,10 @@ func (s *Server) callTool(ctx context.Context, req *sdk.CallToolRequest) (*sdk.C
 	c.Running = func(callID string) { progress(1, "running "+callID) }
 	o := s.core.Call(ctx, c)
 	if o.Gone {
-		return nil, ctx.Err()
+		// Cancelled while it waited for a slot: answered like a call
+		// cancelled while it ran (isError, cancelled), never with the
+		// context's error (code 0 on the wire). Over HTTP nobody reads it.
+		return resultFor(&o, p.Name)
 	}
 	if o.Err != nil && o.Err.Code == toolerr.ToolNotInPack { // a reload took it between the list and the call
 		return nil, s.unknownTool(p.Name)

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -193,22 +192,6 @@ func (a answerCounter) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return len(p), nil
-}
-
-// withoutCodeZero re-encodes a response whose error has JSON-RPC code 0
-// (the go-sdk's answer to a call before initialize, a plain Go error) as
-// -32600 Invalid Request with a hint; ok is false for any other response.
-func withoutCodeZero(r *jsonrpc.Response) ([]byte, bool) {
-	var we *jsonrpc.Error
-	if r.Error == nil || !errors.As(r.Error, &we) || we.Code != 0 {
-		return nil, false
-	}
-	msg := we.Message
-	if strings.Contains(msg, "during session initialization") {
-		msg += ": send initialize (and notifications/initialized) first"
-	}
-	b, err := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: r.ID, Error: &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: msg}})
-	return b, err == nil
 }
 
 func (a answerCounter) Close() error { return a.w.Close() }
