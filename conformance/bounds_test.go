@@ -2,41 +2,26 @@ package conformance
 
 import (
 	"encoding/json"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/manifest"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
-
-// heavySchema is issue 24's G01 schema (about 670,000 subschemas per
-// array item, under the load-time guard).
-func heavySchema() map[string]any {
-	defs := map[string]any{"a1": map[string]any{"type": "integer"}}
-	for k := 2; k <= 6; k++ {
-		refs := make([]any, 10)
-		for i := range refs {
-			refs[i] = map[string]any{"$ref": fmt.Sprintf("#/$defs/a%d", k-1)}
-		}
-		defs[fmt.Sprintf("a%d", k)] = map[string]any{"allOf": refs}
-	}
-	top := []any{map[string]any{"$ref": "#/$defs/a6"}, map[string]any{"$ref": "#/$defs/a6"}, map[string]any{"$ref": "#/$defs/a6"}}
-	return map[string]any{"type": "array", "items": map[string]any{"allOf": top}, "$defs": defs}
-}
 
 // TestJudgeOutputSchemaBoundedByWork: a case's expect.outputSchema was
 // checked on the default work budget with no deadline (17 s of CPU for
 // 100 items of the G01 schema); judge now stops at its Work's deadline
 // and at its limit, failing the case with what stopped it.
 func TestJudgeOutputSchemaBoundedByWork(t *testing.T) {
-	schema, _ := json.Marshal(heavySchema())
+	schema, _ := json.Marshal(sandboxtest.G01Schema())
 	cf, err := ParseCaseFile([]byte(`{"tool":"a","cases":[{"name":"x","input":{},"expect":{"outputSchema":` + string(schema) + `}}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := outcome{output: json.RawMessage("[" + strings.TrimSuffix(strings.Repeat("0,", 100), ",") + "]")}
+	out := outcome{output: json.RawMessage(sandboxtest.Zeros(100))}
 	const d = 300 * time.Millisecond
 	start := time.Now()
 	deadline := start.Add(d)

@@ -3,32 +3,14 @@ package executor_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sandboxd/sandboxd/executor"
-	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
-
-// g01Schema is the G01 reproducer's schema: every item checked against
-// allOf of 3 refs to a6, a_k = allOf of 10 refs to a_(k-1), a1 integer
-// (about 670,000 subschemas per value, under the load-time guard).
-func g01Schema() map[string]any {
-	defs := map[string]any{"a1": map[string]any{"type": "integer"}}
-	for k := 2; k <= 6; k++ {
-		refs := make([]any, 10)
-		for i := range refs {
-			refs[i] = map[string]any{"$ref": fmt.Sprintf("#/$defs/a%d", k-1)}
-		}
-		defs[fmt.Sprintf("a%d", k)] = map[string]any{"allOf": refs}
-	}
-	top := []any{map[string]any{"$ref": "#/$defs/a6"}, map[string]any{"$ref": "#/$defs/a6"}, map[string]any{"$ref": "#/$defs/a6"}}
-	return map[string]any{"type": "array", "items": map[string]any{"allOf": top}, "$defs": defs}
-}
 
 // TestG01ValidationBoundedByDeadline: a 201-byte input against the
 // reproducer's schema took 25-32 s with a 1 s deadline, and a 21-byte
@@ -39,36 +21,33 @@ func g01Schema() map[string]any {
 // usage.cpuMs.
 func TestG01ValidationBoundedByDeadline(t *testing.T) {
 	e := newExecutor(t)
-	input := "[" + strings.TrimSuffix(strings.Repeat("0,", 100), ",") + "]" // 201 bytes
-	output := "[" + strings.TrimSuffix(strings.Repeat("0,", 10), ",") + "]" // 21 bytes
+	input := sandboxtest.Zeros(100) // 201 bytes
+	output := sandboxtest.Zeros(10) // 21 bytes
 	const deadline = 500 * time.Millisecond
 	const grace = 100 * time.Millisecond
-	// call returns the call's wall time, or its thread's CPU time when the
-	// machine is so loaded that the thread ran less than half of it.
-	call := func(tool *executor.Tool, input string, d time.Duration) (*executor.Result, time.Duration, error) {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		clock := limits.CurrentThread()
-		ctx, cancel := context.WithTimeout(context.Background(), d)
-		defer cancel()
-		start, cpu0 := time.Now(), clock.Now()
-		res, err := tool.Invoke(ctx, executor.Request{Input: []byte(input)})
-		took, cpu := time.Since(start), clock.Now()-cpu0
-		if limits.Supported() && cpu < took/2 {
-			return res, cpu, err
-		}
+	// invoke returns the call's wall time, or its thread's CPU time when
+	// the machine is so loaded that the thread ran less than half of it.
+	invoke := func(tool *executor.Tool, req executor.Request, d time.Duration) (res *executor.Result, took time.Duration, err error) {
+		took = sandboxtest.Timed(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), d)
+			defer cancel()
+			res, err = tool.Invoke(ctx, req)
+		})
 		return res, took, err
+	}
+	call := func(tool *executor.Tool, input string, d time.Duration) (*executor.Result, time.Duration, error) {
+		return invoke(tool, executor.Request{Input: []byte(input)}, d)
 	}
 	heavyIn := func(cpuMs int) *executor.Tool {
 		return load(t, e, "echo_reactor", func(m map[string]any) {
-			m["input"] = g01Schema()
+			m["input"] = sandboxtest.G01Schema()
 			m["limits"] = map[string]any{"memMB": 16, "cpuMs": cpuMs}
 		})
 	}
 	heavyOut := func(cpuMs int) *executor.Tool {
 		return load(t, e, "echo_reactor", func(m map[string]any) {
 			m["input"] = map[string]any{"type": "array"}
-			m["output"] = g01Schema()
+			m["output"] = sandboxtest.G01Schema()
 			m["limits"] = map[string]any{"memMB": 16, "cpuMs": cpuMs}
 		})
 	}
@@ -109,23 +88,13 @@ func TestG01ValidationBoundedByDeadline(t *testing.T) {
 	t.Run("needs-config", func(t *testing.T) {
 		heavyCfg := func(cpuMs int) *executor.Tool {
 			return load(t, e, "echo_reactor", func(m map[string]any) {
-				m["needsSpec"] = map[string]any{"config": map[string]any{"C": g01Schema()}}
+				m["needsSpec"] = map[string]any{"config": map[string]any{"C": sandboxtest.G01Schema()}}
 				m["limits"] = map[string]any{"memMB": 16, "cpuMs": cpuMs}
 			})
 		}
 		req := executor.Request{Input: []byte(`{}`), Context: executor.CallContext{Config: map[string]json.RawMessage{"C": json.RawMessage(input)}}}
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		clock := limits.CurrentThread()
-		ctx, cancel := context.WithTimeout(context.Background(), deadline)
-		defer cancel()
-		start, cpu0 := time.Now(), clock.Now()
-		_, err := heavyCfg(300000).Invoke(ctx, req)
+		_, took, err := invoke(heavyCfg(300000), req, deadline)
 		wantCode(t, err, toolerr.DeadlineExceeded)
-		took := time.Since(start)
-		if cpu := clock.Now() - cpu0; limits.Supported() && cpu < took/2 {
-			took = cpu // a loaded machine: the thread's own time
-		}
 		if took > deadline+grace {
 			t.Fatalf("config validation took %v (deadline %v)", took, deadline)
 		}
@@ -140,7 +109,7 @@ func TestG01ValidationBoundedByDeadline(t *testing.T) {
 			m["output"] = map[string]any{"type": "array", "items": map[string]any{"type": "integer"}}
 			m["limits"] = map[string]any{"memMB": 16, "cpuMs": 100}
 		})
-		big := "[" + strings.TrimSuffix(strings.Repeat("0,", 10000), ",") + "]"
+		big := sandboxtest.Zeros(10000)
 		res, _, err := call(tool, big, time.Minute)
 		if err != nil || len(res.Output) != len(big) {
 			t.Fatalf("10,000 items: %v", err)

@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sandboxd/sandboxd/executor"
-	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
 
@@ -22,8 +21,8 @@ import (
 // deadline, over the work budget input-validation-failed naming it.
 func TestSecretsValidationBoundedByDeadline(t *testing.T) {
 	e := newExecutor(t)
-	item := g01Schema()["items"].(map[string]any)
-	item["$defs"] = g01Schema()["$defs"]
+	item := sandboxtest.G01Schema()["items"].(map[string]any)
+	item["$defs"] = sandboxtest.G01Schema()["$defs"]
 	secrets, given := map[string]any{}, map[string]string{}
 	for i := range 60 {
 		name := fmt.Sprintf("S%02d", i)
@@ -38,17 +37,12 @@ func TestSecretsValidationBoundedByDeadline(t *testing.T) {
 	req := executor.Request{Input: []byte(`{}`), Context: executor.CallContext{Secrets: given}}
 	const deadline, grace = 500 * time.Millisecond, 150 * time.Millisecond
 	tool := heavy(300000)
-	runtime.LockOSThread()
-	clock := limits.CurrentThread()
-	ctx, cancel := context.WithTimeout(context.Background(), deadline)
-	start, cpu0 := time.Now(), clock.Now()
-	_, err := tool.Invoke(ctx, req)
-	took := time.Since(start)
-	if cpu := clock.Now() - cpu0; limits.Supported() && cpu < took/2 {
-		took = cpu // a loaded machine: the thread's own time
-	}
-	cancel()
-	runtime.UnlockOSThread()
+	var err error
+	took := sandboxtest.Timed(func() { // a loaded machine: the thread's own time
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		defer cancel()
+		_, err = tool.Invoke(ctx, req)
+	})
 	wantCode(t, err, toolerr.DeadlineExceeded)
 	if took > deadline+grace {
 		t.Fatalf("secrets validated for %v (deadline %v)", took, deadline)

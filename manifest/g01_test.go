@@ -5,12 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
 
@@ -18,31 +17,6 @@ import (
 // check is due every fraction of a millisecond of work, so this is only
 // for a loaded machine.
 const g01Grace = 100 * time.Millisecond
-
-// g01Defs is the $defs of the G01 reproducer: a_k applies a_(k-1) fan
-// times with comb (allOf, anyOf, oneOf), a1 is leaf. Validating one value
-// against a6 evaluates about 2*fan^5 subschemas (222,221 for fan 10), just
-// under the load-time guard when applied top times (top <= 4).
-func g01Defs(comb string, fan int, leaf any) map[string]any {
-	defs := map[string]any{"a1": leaf}
-	for k := 2; k <= 6; k++ {
-		refs := make([]any, fan)
-		for i := range refs {
-			refs[i] = map[string]any{"$ref": fmt.Sprintf("#/$defs/a%d", k-1)}
-		}
-		defs[fmt.Sprintf("a%d", k)] = map[string]any{comb: refs}
-	}
-	return defs
-}
-
-// g01Heavy is the reproducer's per-value schema: allOf of top refs to a6.
-func g01Heavy(top int) map[string]any {
-	refs := make([]any, top)
-	for i := range refs {
-		refs[i] = map[string]any{"$ref": "#/$defs/a6"}
-	}
-	return map[string]any{"allOf": refs}
-}
 
 func g01Compile(t testing.TB, schema map[string]any) *Schema {
 	t.Helper()
@@ -57,9 +31,7 @@ func g01Compile(t testing.TB, schema map[string]any) *Schema {
 	return s
 }
 
-func g01Array(n int, item string) []byte {
-	return []byte("[" + strings.TrimSuffix(strings.Repeat(item+",", n), ",") + "]")
-}
+func g01Array(n int, item string) []byte { return []byte(sandboxtest.Array(n, item)) }
 
 func g01Object(n int, value string) []byte {
 	var sb strings.Builder
@@ -79,18 +51,12 @@ func g01Object(n int, value string) []byte {
 // when the machine is so loaded that the validating thread ran less than
 // half of it, its CPU time (a stopped validation's work is what counts;
 // the time it waited for a CPU is not its doing).
-func g01Validate(s *Schema, doc []byte, fill bool, deadline time.Duration) (time.Duration, error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	clock := limits.CurrentThread()
-	ctx, cancel := context.WithTimeout(context.Background(), deadline)
-	defer cancel()
-	start, cpu0 := time.Now(), clock.Now()
-	_, _, err := s.ValidateLimited(doc, fill, 0, Work{Limit: 1 << 40, Check: ctx.Err})
-	took, cpu := time.Since(start), clock.Now()-cpu0
-	if limits.Supported() && cpu < took/2 {
-		return cpu, err
-	}
+func g01Validate(s *Schema, doc []byte, fill bool, deadline time.Duration) (took time.Duration, err error) {
+	took = sandboxtest.Timed(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		defer cancel()
+		_, _, err = s.ValidateLimited(doc, fill, 0, Work{Limit: 1 << 40, Check: ctx.Err})
+	})
 	return took, err
 }
 
@@ -99,7 +65,7 @@ func g01Validate(s *Schema, doc []byte, fill bool, deadline time.Duration) (time
 // now stops at the deadline (Work.Check), and within its work budget it is
 // refused with a *WorkError before the deadline.
 func TestG01ValidationBoundedByDeadline(t *testing.T) {
-	schema := map[string]any{"type": "array", "items": g01Heavy(3), "$defs": g01Defs("allOf", 10, map[string]any{"type": "integer"})}
+	schema := sandboxtest.G01Schema()
 	s := g01Compile(t, schema)
 	doc := g01Array(100, "0")
 	const deadline = 300 * time.Millisecond
@@ -150,7 +116,7 @@ func TestG01ValidationBoundedByDeadline(t *testing.T) {
 func TestG01ValidationShapes(t *testing.T) {
 	ints := map[string]any{"type": "integer"}
 	str := map[string]any{"type": "string"}
-	h1 := g01Heavy(1)
+	h1 := sandboxtest.G01Heavy(1)
 	patterns := make([]any, 3000)
 	formats := make([]any, 3000)
 	for i := range patterns {
@@ -179,29 +145,29 @@ func TestG01ValidationShapes(t *testing.T) {
 		doc    []byte
 		fill   bool
 	}{
-		{"allOf", map[string]any{"items": g01Heavy(3), "$defs": g01Defs("allOf", 10, ints)}, g01Array(100, "0"), false},
-		{"anyOf-failing", map[string]any{"items": map[string]any{"not": map[string]any{"$ref": "#/$defs/a6"}}, "$defs": g01Defs("anyOf", 10, str)}, g01Array(100, "0"), false},
-		{"oneOf", map[string]any{"items": g01Heavy(2), "$defs": g01Defs("oneOf", 10, ints)}, g01Array(100, "0"), false},
-		{"not", map[string]any{"items": map[string]any{"not": map[string]any{"not": h1}}, "$defs": g01Defs("allOf", 10, ints)}, g01Array(100, "0"), false},
+		{"allOf", map[string]any{"items": sandboxtest.G01Heavy(3), "$defs": sandboxtest.G01Defs("allOf", 10, ints)}, g01Array(100, "0"), false},
+		{"anyOf-failing", map[string]any{"items": map[string]any{"not": map[string]any{"$ref": "#/$defs/a6"}}, "$defs": sandboxtest.G01Defs("anyOf", 10, str)}, g01Array(100, "0"), false},
+		{"oneOf", map[string]any{"items": sandboxtest.G01Heavy(2), "$defs": sandboxtest.G01Defs("oneOf", 10, ints)}, g01Array(100, "0"), false},
+		{"not", map[string]any{"items": map[string]any{"not": map[string]any{"not": h1}}, "$defs": sandboxtest.G01Defs("allOf", 10, ints)}, g01Array(100, "0"), false},
 		{"ref-recursion", map[string]any{"$ref": "#/$defs/n", "$defs": map[string]any{"n": map[string]any{
 			"properties": map[string]any{"x": map[string]any{"allOf": []any{map[string]any{"$ref": "#/$defs/n"}, map[string]any{"$ref": "#/$defs/n"}}}}}}},
 			[]byte(strings.Repeat(`{"x":`, 40) + "0" + strings.Repeat("}", 40)), false},
-		{"prefixItems", map[string]any{"prefixItems": []any{h1, h1, h1}, "items": h1, "$defs": g01Defs("allOf", 10, ints)}, g01Array(100, "0"), false},
-		{"additionalProperties", map[string]any{"additionalProperties": h1, "$defs": g01Defs("allOf", 10, ints)}, g01Object(100, "0"), false},
-		{"patternProperties", map[string]any{"patternProperties": map[string]any{"^k": h1, "": h1}, "$defs": g01Defs("allOf", 10, ints)}, g01Object(100, "0"), false},
-		{"contains", map[string]any{"contains": map[string]any{"allOf": []any{h1, str}}, "$defs": g01Defs("allOf", 10, ints)}, g01Array(100, "0"), false},
-		{"dependentSchemas", map[string]any{"items": map[string]any{"dependentSchemas": map[string]any{"a": map[string]any{"properties": map[string]any{"a": h1}}}}, "$defs": g01Defs("allOf", 10, ints)}, g01Array(100, `{"a":0}`), false},
-		{"unevaluatedProperties", map[string]any{"unevaluatedProperties": h1, "$defs": g01Defs("allOf", 10, ints)}, g01Object(100, "0"), false},
-		{"unevaluatedItems", map[string]any{"prefixItems": []any{true}, "unevaluatedItems": h1, "$defs": g01Defs("allOf", 10, ints)}, g01Array(100, "0"), false},
-		{"if-then-else", map[string]any{"items": map[string]any{"if": h1, "then": h1, "else": h1}, "$defs": g01Defs("allOf", 10, ints)}, g01Array(100, "0"), false},
-		{"propertyNames", map[string]any{"propertyNames": g01Heavy(3), "$defs": g01Defs("allOf", 10, str)}, g01Object(100, "0"), false},
+		{"prefixItems", map[string]any{"prefixItems": []any{h1, h1, h1}, "items": h1, "$defs": sandboxtest.G01Defs("allOf", 10, ints)}, g01Array(100, "0"), false},
+		{"additionalProperties", map[string]any{"additionalProperties": h1, "$defs": sandboxtest.G01Defs("allOf", 10, ints)}, g01Object(100, "0"), false},
+		{"patternProperties", map[string]any{"patternProperties": map[string]any{"^k": h1, "": h1}, "$defs": sandboxtest.G01Defs("allOf", 10, ints)}, g01Object(100, "0"), false},
+		{"contains", map[string]any{"contains": map[string]any{"allOf": []any{h1, str}}, "$defs": sandboxtest.G01Defs("allOf", 10, ints)}, g01Array(100, "0"), false},
+		{"dependentSchemas", map[string]any{"items": map[string]any{"dependentSchemas": map[string]any{"a": map[string]any{"properties": map[string]any{"a": h1}}}}, "$defs": sandboxtest.G01Defs("allOf", 10, ints)}, g01Array(100, `{"a":0}`), false},
+		{"unevaluatedProperties", map[string]any{"unevaluatedProperties": h1, "$defs": sandboxtest.G01Defs("allOf", 10, ints)}, g01Object(100, "0"), false},
+		{"unevaluatedItems", map[string]any{"prefixItems": []any{true}, "unevaluatedItems": h1, "$defs": sandboxtest.G01Defs("allOf", 10, ints)}, g01Array(100, "0"), false},
+		{"if-then-else", map[string]any{"items": map[string]any{"if": h1, "then": h1, "else": h1}, "$defs": sandboxtest.G01Defs("allOf", 10, ints)}, g01Array(100, "0"), false},
+		{"propertyNames", map[string]any{"propertyNames": sandboxtest.G01Heavy(3), "$defs": sandboxtest.G01Defs("allOf", 10, str)}, g01Object(100, "0"), false},
 		{"pattern", map[string]any{"anyOf": patterns}, long, false},
 		{"pattern-not", map[string]any{"not": map[string]any{"anyOf": patterns}}, long, false},
 		{"patternProperties-keys", map[string]any{"patternProperties": keyPatterns}, []byte(`{"` + strings.Repeat("b", 32<<10) + `":0}`), false},
 		{"format", map[string]any{"allOf": formats}, long, false},
 		{"multipleOf-big-numbers", map[string]any{"items": map[string]any{"allOf": multiples}}, g01Array(100, "1."+strings.Repeat("3", 990)+"e9999"), false},
 		{"uniqueItems-deep", map[string]any{"allOf": uniques}, g01Array(10, deep), false},
-		{"defaults", map[string]any{"items": map[string]any{"$ref": "#/$defs/a6"}, "$defs": g01Defs("allOf", 10, map[string]any{"properties": map[string]any{"p": map[string]any{"default": 1}}})}, g01Array(100, "{}"), true},
+		{"defaults", map[string]any{"items": map[string]any{"$ref": "#/$defs/a6"}, "$defs": sandboxtest.G01Defs("allOf", 10, map[string]any{"properties": map[string]any{"p": map[string]any{"default": 1}}})}, g01Array(100, "{}"), true},
 	}
 	const deadline = 200 * time.Millisecond
 	for _, tc := range cases {
@@ -329,7 +295,7 @@ func FuzzG01ValidationBounded(f *testing.F) {
 			defs = map[string]any{}
 			schema["$defs"] = defs
 		}
-		for k, v := range g01Defs(comb, fan, leaf) {
+		for k, v := range sandboxtest.G01Defs(comb, fan, leaf) {
 			defs[k] = v
 		}
 		raw, _ := json.Marshal(schema)

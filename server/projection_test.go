@@ -2,31 +2,14 @@ package server_test
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/sandboxd/sandboxd/examples"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/server"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
-
-// heavySchema is issue 24's G01 schema: every item against allOf of 3 refs
-// to a6, a_k = allOf of 10 refs to a_(k-1) (about 670,000 subschemas per
-// value).
-func heavySchema() map[string]any {
-	defs := map[string]any{"a1": map[string]any{"type": "integer"}}
-	for k := 2; k <= 6; k++ {
-		refs := make([]any, 10)
-		for i := range refs {
-			refs[i] = map[string]any{"$ref": fmt.Sprintf("#/$defs/a%d", k-1)}
-		}
-		defs[fmt.Sprintf("a%d", k)] = map[string]any{"allOf": refs}
-	}
-	top := []any{map[string]any{"$ref": "#/$defs/a6"}, map[string]any{"$ref": "#/$defs/a6"}, map[string]any{"$ref": "#/$defs/a6"}}
-	return map[string]any{"type": "array", "items": map[string]any{"allOf": top}, "$defs": defs}
-}
 
 // TestProjectionValidationBoundedByDeadline: the envelope's projection
 // validates the input again (Outcome.Envelope); that validation ran on the
@@ -34,11 +17,11 @@ func heavySchema() map[string]any {
 // answered deadline-exceeded. It now stops at the call's deadline.
 func TestProjectionValidationBoundedByDeadline(t *testing.T) {
 	projected := tool(t, "t.projected", "echo_reactor", 16, 300000, map[string]any{
-		"input":    heavySchema(),
+		"input":    sandboxtest.G01Schema(),
 		"metadata": map[string]any{"x.ai/tool": map[string]any{"kind": "read", "input": map[string]any{"first": "/0"}}},
 	})
 	ts := start(t, server.StaticSource{Tools: []server.StaticTool{projected}}, server.Options{})
-	input := "[" + strings.TrimSuffix(strings.Repeat("0,", 100), ",") + "]"
+	input := sandboxtest.Zeros(100)
 	const deadline = 300 * time.Millisecond
 	now := time.Now()
 	o := ts.Call(context.Background(), server.Call{Tool: "t.projected", Input: []byte(input), Start: now, Deadline: now.Add(deadline)})
@@ -62,7 +45,7 @@ func TestProjectionValidationBoundedByDeadline(t *testing.T) {
 // the default work budget with no deadline, before admission. It now
 // stops at the call's deadline (deadline-exceeded).
 func TestCheckConfigValidationBoundedByDeadline(t *testing.T) {
-	x := heavySchema()
+	x := sandboxtest.G01Schema()
 	cfgSchema := map[string]any{"type": "object", "properties": map[string]any{"x": x}, "$defs": x["$defs"]}
 	delete(x, "$defs")
 	guardrails := []any{map[string]any{"id": "acme.heavy", "kind": "zero-llm", "action": map[string]any{"on-violation": "log-only"},
@@ -72,7 +55,7 @@ func TestCheckConfigValidationBoundedByDeadline(t *testing.T) {
 		map[string]any{"required": []string{}, "optional": []string{}, "guardrails": guardrails},
 		map[string][]byte{"echo.wasm": examples.EchoWasm})
 	ts := start(t, server.IndexSource{Index: index, ModuleRoot: root}, server.Options{})
-	config := `{"x":[` + strings.TrimSuffix(strings.Repeat("0,", 100), ",") + "]}"
+	config := `{"x":` + sandboxtest.Zeros(100) + "}"
 	const deadline = 300 * time.Millisecond
 	now := time.Now()
 	o := ts.Call(context.Background(), server.Call{Tool: "acme.heavy", Check: true, Config: []byte(config), Trace: []byte(`{}`), Start: now, Deadline: now.Add(deadline)})

@@ -1,7 +1,9 @@
 // Package sandboxtest is what sandboxd's tests share: the -short policy for
-// big guests, the fixture path, one compile-cache directory per test binary
-// and a hammer helper. It imports no sandboxd package, so internal tests
-// (package executor) can use it as well as external ones.
+// big guests, the fixture path, one compile-cache directory per test binary,
+// a hammer helper and the G01 validation bomb with its timing. It imports
+// no sandboxd package but limits (a leaf: the thread CPU clock), so
+// internal tests (package executor, package manifest) can use it as well as
+// external ones.
 package sandboxtest
 
 import (

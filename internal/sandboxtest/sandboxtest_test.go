@@ -2,13 +2,16 @@ package sandboxtest_test
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
+	"github.com/sandboxd/sandboxd/limits"
 )
 
 func TestMain(m *testing.M) { sandboxtest.Main(m) }
@@ -74,5 +77,54 @@ func TestHammer(t *testing.T) {
 	}
 	if total.Load() != p*n {
 		t.Fatalf("%d calls, want %d", total.Load(), p*n)
+	}
+}
+
+// G01Schema is the 3 x 10^5 reference tree of issue 24, a fresh map each
+// call; Zeros is the array of n zeros.
+func TestG01Schema(t *testing.T) {
+	s := sandboxtest.G01Schema()
+	defs := s["$defs"].(map[string]any)
+	if len(defs) != 6 || s["type"] != "array" || len(s["items"].(map[string]any)["allOf"].([]any)) != 3 {
+		t.Fatalf("schema %v", s)
+	}
+	for k := 2; k <= 6; k++ {
+		refs := defs[fmt.Sprintf("a%d", k)].(map[string]any)["allOf"].([]any)
+		if len(refs) != 10 || refs[9].(map[string]any)["$ref"] != fmt.Sprintf("#/$defs/a%d", k-1) {
+			t.Fatalf("a%d: %v", k, refs)
+		}
+	}
+	delete(s, "$defs")
+	if _, ok := sandboxtest.G01Schema()["$defs"]; !ok {
+		t.Fatal("G01Schema shares its map between calls")
+	}
+	for n, want := range map[int]string{0: "[]", 1: "[0]", 3: "[0,0,0]"} {
+		if got := sandboxtest.Zeros(n); got != want {
+			t.Errorf("Zeros(%d) = %q, want %q", n, got, want)
+		}
+	}
+	if n := len(sandboxtest.Zeros(100)); n != 201 {
+		t.Errorf("Zeros(100) is %d bytes, want 201", n)
+	}
+}
+
+// Timed counts what fn spent: a sleep is no work of its own (its thread's
+// CPU time, next to nothing, where thread clocks exist), a spin of 20 ms
+// of thread CPU is at least those 20 ms whatever the machine's load.
+func TestTimed(t *testing.T) {
+	d := sandboxtest.Timed(func() { time.Sleep(30 * time.Millisecond) })
+	if limits.Supported() && d >= 15*time.Millisecond || !limits.Supported() && d < 30*time.Millisecond {
+		t.Fatalf("a 30 ms sleep counts %v (thread clocks: %v)", d, limits.Supported())
+	}
+	if !limits.Supported() {
+		return
+	}
+	d = sandboxtest.Timed(func() {
+		c := limits.CurrentThread()
+		for c0 := c.Now(); c.Now()-c0 < 20*time.Millisecond; {
+		}
+	})
+	if d < 20*time.Millisecond || d > 5*time.Second {
+		t.Fatalf("20 ms of thread CPU counts %v", d)
 	}
 }
