@@ -7,14 +7,12 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sandboxd/sandboxd/examples"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/mcp"
 	"github.com/sandboxd/sandboxd/server"
 )
@@ -63,85 +61,41 @@ func TestHTTPTenantFairness(t *testing.T) {
 	}
 	ok := func(body string) bool { return strings.Contains(body, `"structuredContent":{}`) }
 	paced := func(tenant string) (p99 time.Duration, failed int) {
-		var mu sync.Mutex
-		var lat []time.Duration
-		var wg sync.WaitGroup
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for i := range 40 {
-			if i > 0 {
-				<-tick.C
+		lat, failed := sandboxtest.Paced(t, 40, 50*time.Millisecond, func() (bool, string, error) {
+			body, err := post(tenant)
+			if err != nil || !ok(body) {
+				return false, fmt.Sprintf("%s: %v %.300s", tenant, err, body), nil
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				t0 := time.Now()
-				body, err := post(tenant)
-				mu.Lock()
-				defer mu.Unlock()
-				if err != nil || !ok(body) {
-					failed++
-					t.Logf("%s: %v %.300s", tenant, err, body)
-					return
-				}
-				lat = append(lat, time.Since(t0))
-			}()
-		}
-		wg.Wait()
-		slices.Sort(lat)
-		if len(lat) > 0 {
-			p99 = lat[min(len(lat)-1, len(lat)*99/100)]
-		}
-		return p99, failed
+			return true, "", nil
+		})
+		return sandboxtest.P99(lat), failed
 	}
 	// Latencies depend on the machine's load as well as on admission: the
-	// bounds must hold in one of three runs (admission that lets A take
-	// the service fails every run: B is refused).
+	// bounds must hold in one of three runs (sandboxtest.Attempts).
 	bCalls := 0
-	measure := func() (problems []string) {
+	sandboxtest.Attempts(t, 3, func() (problems []string) {
 		alone, failed := paced("tenant-b")
 		bCalls += 40
 		if failed > 0 {
 			return []string{fmt.Sprintf("%d of B's calls failed alone", failed)}
 		}
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		var aRefused, aRan atomic.Int64
-		defer func() {
-			close(stop)
-			wg.Wait()
-		}()
-		for range 24 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					body, err := post("tenant-a")
-					switch {
-					case err != nil:
-						t.Error(err)
-						return
-					case ok(body):
-						aRan.Add(1)
-					case strings.Contains(body, `"code":-32000`) && strings.Contains(body, `"reason":"tenant-queue-full"`) && strings.Contains(body, `"retryAfterMs":1000`):
-						aRefused.Add(1)
-						time.Sleep(50 * time.Millisecond) // back at once, not after Retry-After
-					default:
-						t.Errorf("flood: %.300s", body)
-						return
-					}
-				}
-			}()
-		}
-		waitFor(t, "the flood to be refused", func() bool { return aRefused.Load() > 0 })
+		fl := sandboxtest.StartFlood(t, 24, func() (bool, string, error) {
+			body, err := post("tenant-a")
+			switch {
+			case err != nil:
+				return false, "", err
+			case ok(body):
+				return true, "", nil
+			case strings.Contains(body, `"code":-32000`) && strings.Contains(body, `"reason":"tenant-queue-full"`) && strings.Contains(body, `"retryAfterMs":1000`):
+				return false, "tenant-queue-full", nil
+			}
+			return false, "", fmt.Errorf("flood: %.300s", body)
+		})
+		defer fl.Stop()
+		waitFor(t, "the flood to be refused", func() bool { return fl.Refused() > 0 })
 		flooded, failed := paced("tenant-b")
 		bCalls += 40
-		t.Logf("MCP: B p99 alone %v, under A's flood %v; B failed %d of 40; A ran %d, refused %d", alone, flooded, failed, aRan.Load(), aRefused.Load())
+		t.Logf("MCP: B p99 alone %v, under A's flood %v; B failed %d of 40; A ran %d, refused %d", alone, flooded, failed, fl.Ran(), fl.Refused())
 		if failed > 0 {
 			problems = append(problems, fmt.Sprintf("%d of B's calls failed under A's flood", failed))
 		}
@@ -155,17 +109,7 @@ func TestHTTPTenantFairness(t *testing.T) {
 			problems = append(problems, fmt.Sprintf("B's p99 under A's flood is %v, over alone (%v) + %v", flooded, alone, slack))
 		}
 		return problems
-	}
-	var problems []string
-	for attempt := 1; attempt <= 3; attempt++ {
-		if problems = measure(); len(problems) == 0 {
-			break
-		}
-		t.Logf("attempt %d: %s", attempt, strings.Join(problems, "; "))
-	}
-	if len(problems) > 0 {
-		t.Error(strings.Join(problems, "; "))
-	}
+	})
 	tenants := map[any]int{}
 	for _, r := range f.logs.records("call") {
 		tenants[r["tenantId"]]++

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/executor"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/server"
 )
 
@@ -28,96 +28,47 @@ func tenantBody(toolID, tenant string) string {
 	return fmt.Sprintf(`{"v":2,"kind":"invoke","tool":{"id":%q},"input":{},"ctx":{"tenantId":%q,"runId":"r1"}}`, toolID, tenant)
 }
 
-// flood runs n clients of tenant calling toolID back to back until stop
-// is closed (a refused client retries after 50 ms, not after Retry-After:
-// it floods). It returns a function that waits for them and reports how
-// many calls ran and how many were refused, checking every 503 carries
-// Retry-After and a tenant refusal reason.
-func flood(t *testing.T, post func(body string) (*response, error), n int, toolID, tenant string, stop chan struct{}) func() (ran, refused int64) {
-	var wg sync.WaitGroup
-	var ran, refused atomic.Int64
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				r, err := post(tenantBody(toolID, tenant))
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				switch r.status {
-				case http.StatusOK:
-					ran.Add(1)
-				case http.StatusServiceUnavailable:
-					refused.Add(1)
-					if r.header.Get("Retry-After") == "" {
-						t.Error("a 503 without Retry-After")
-					}
-					if why := r.header.Get("sandboxd-refusal"); why != string(server.RefusedTenantQueue) && why != string(server.RefusedOverCapacity) {
-						t.Errorf("flooding tenant refused for %q: %s", why, r.body)
-					}
-					time.Sleep(50 * time.Millisecond)
-				default:
-					t.Errorf("flood: %d %s", r.status, r.body)
-					return
-				}
-			}
-		}()
-	}
-	return func() (int64, int64) {
-		wg.Wait()
-		return ran.Load(), refused.Load()
-	}
-}
-
-// paced makes n calls of tenant to toolID, one every interval (each on
-// its own goroutine, so that a slow answer does not delay the next call),
-// and returns their latencies and how many did not succeed.
-func paced(t *testing.T, post func(body string) (*response, error), n int, interval time.Duration, toolID, tenant string) (lat []time.Duration, failed int) {
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for i := range n {
-		if i > 0 {
-			<-tick.C
+// flood starts n clients of tenant calling toolID back to back
+// (sandboxtest.StartFlood: a refused client retries after 50 ms, not after
+// Retry-After), checking every 503 carries Retry-After and a tenant
+// refusal reason.
+func flood(t *testing.T, post func(body string) (*response, error), n int, toolID, tenant string) *sandboxtest.Flood {
+	return sandboxtest.StartFlood(t, n, func() (bool, string, error) {
+		r, err := post(tenantBody(toolID, tenant))
+		if err != nil {
+			return false, "", err
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t0 := time.Now()
-			r, err := post(tenantBody(toolID, tenant))
-			d := time.Since(t0)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil || r.status != http.StatusOK || r.msg(t)["kind"] != "result" {
-				failed++
-				if err == nil {
-					t.Logf("tenant %s call: %d %s %s", tenant, r.status, r.header.Get("sandboxd-refusal"), r.body)
-				}
-				return
+		switch r.status {
+		case http.StatusOK:
+			return true, "", nil
+		case http.StatusServiceUnavailable:
+			if r.header.Get("Retry-After") == "" {
+				t.Error("a 503 without Retry-After")
 			}
-			lat = append(lat, d)
-		}()
-	}
-	wg.Wait()
-	return lat, failed
+			why := r.header.Get("sandboxd-refusal")
+			if why != string(server.RefusedTenantQueue) && why != string(server.RefusedOverCapacity) {
+				t.Errorf("flooding tenant refused for %q: %s", why, r.body)
+			}
+			return false, why, nil
+		}
+		return false, "", fmt.Errorf("flood: %d %s", r.status, r.body)
+	})
 }
 
-// p99 is the 99th percentile of lat (its largest value below 100 samples).
-func p99(lat []time.Duration) time.Duration {
-	if len(lat) == 0 {
-		return 0
-	}
-	s := slices.Clone(lat)
-	slices.Sort(s)
-	return s[min(len(s)-1, len(s)*99/100)]
+// paced makes n calls of tenant to toolID, one every interval
+// (sandboxtest.Paced), and returns their latencies and how many did not
+// succeed.
+func paced(t *testing.T, post func(body string) (*response, error), n int, interval time.Duration, toolID, tenant string) (lat []time.Duration, failed int) {
+	return sandboxtest.Paced(t, n, interval, func() (bool, string, error) {
+		r, err := post(tenantBody(toolID, tenant))
+		switch {
+		case err != nil:
+			return false, err.Error(), nil
+		case r.status != http.StatusOK || r.msg(t)["kind"] != "result":
+			return false, fmt.Sprintf("tenant %s call: %d %s %s", tenant, r.status, r.header.Get("sandboxd-refusal"), r.body), nil
+		}
+		return true, "", nil
+	})
 }
 
 func (ts *testServer) post(body string) (*response, error) {
@@ -135,19 +86,15 @@ func fairnessRun(t *testing.T, ts *testServer, toolID string, bound func(alone t
 	if fails > 0 {
 		return []string{fmt.Sprintf("%d of B's calls failed with nobody else calling", fails)}
 	}
-	alone := p99(lat)
-	stop := make(chan struct{})
-	wait := flood(t, ts.post, 24, toolID, "tenant-a", stop)
-	var once sync.Once
-	var aRan, aRefused int64
-	end := func() { once.Do(func() { close(stop); aRan, aRefused = wait() }) }
-	defer end() // also when the test fails below
+	alone := sandboxtest.P99(lat)
+	fl := flood(t, ts.post, 24, toolID, "tenant-a")
+	defer fl.Stop() // also when the test fails below
 	eventually(t, "tenant A's flood to be refused", func() bool {
 		return ts.metric(t, `sandboxd_admission_refused_total{reason="tenant-queue-full"}`) != "0"
 	})
 	lat, failed := paced(t, ts.post, calls, every, toolID, "tenant-b")
-	end()
-	flooded := p99(lat)
+	fl.Stop()
+	flooded, aRan, aRefused := sandboxtest.P99(lat), fl.Ran(), fl.Refused()
 	t.Logf("B p99 alone %v, under A's flood %v; B failed %d of %d; A ran %d, refused %d", alone, flooded, failed, calls, aRan, aRefused)
 	if failed > 0 {
 		problems = append(problems, fmt.Sprintf("%d of B's calls failed under A's flood", failed))
@@ -161,18 +108,10 @@ func fairnessRun(t *testing.T, ts *testServer, toolID string, bound func(alone t
 	return problems
 }
 
-// fairness runs fairnessRun up to three times: latencies depend on the
-// machine's load as well as on admission, so the bounds must hold once
-// (admission that lets A take the service fails every run: B is refused).
+// fairness runs fairnessRun until its bounds hold, up to three times
+// (sandboxtest.Attempts).
 func fairness(t *testing.T, ts *testServer, toolID string, bound func(alone time.Duration) time.Duration) {
-	var problems []string
-	for attempt := 1; attempt <= 3; attempt++ {
-		if problems = fairnessRun(t, ts, toolID, bound); len(problems) == 0 {
-			return
-		}
-		t.Logf("attempt %d: %s", attempt, strings.Join(problems, "; "))
-	}
-	t.Error(strings.Join(problems, "; "))
+	sandboxtest.Attempts(t, 3, func() []string { return fairnessRun(t, ts, toolID, bound) })
 }
 
 // With the default ceilings, a tenant flooding a tool does not take the

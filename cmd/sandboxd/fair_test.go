@@ -7,10 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -138,20 +135,14 @@ func TestServeFairAdmission(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			// The figures depend on the machine's load as well as on
 			// admission: the run is measured up to three times and must
-			// meet every bound once (admission that lets A take the
-			// service fails every run: B is refused).
-			var problems []string
-			for attempt := 1; attempt <= 3; attempt++ {
-				problems = fairnessAttempt(t, tc.name, tc.call, tc.every)
+			// meet every bound once (sandboxtest.Attempts).
+			sandboxtest.Attempts(t, 3, func() []string {
+				problems := fairnessAttempt(t, tc.name, tc.call, tc.every)
 				if !tc.assert {
-					problems = nil // the CPU tool's figures are logged only
+					return nil // the CPU tool's figures are logged only
 				}
-				if len(problems) == 0 {
-					return
-				}
-				t.Logf("attempt %d: %s", attempt, strings.Join(problems, "; "))
-			}
-			t.Error(strings.Join(problems, "; "))
+				return problems
+			})
 		})
 	}
 	if m := metrics(base); !strings.Contains(m, `sandboxd_admission_refused_total{reason="tenant-queue-full"}`) || strings.Contains(m, "tenant-a") {
@@ -159,56 +150,26 @@ func TestServeFairAdmission(t *testing.T) {
 	}
 }
 
-// fairnessAttempt measures B alone, then A's flood and B under it; it
-// returns the bounds missed.
+// fairnessAttempt measures B alone, then A's flood (24 clients) and B
+// under it; it returns the bounds missed.
 func fairnessAttempt(t *testing.T, name string, call fairCall, every time.Duration) (problems []string) {
-	alone, refusedAlone := pacedCalls(t, call, "tenant-b", every)
+	b := func() (bool, string, error) { return call("tenant-b") }
+	lat, refusedAlone := sandboxtest.Paced(t, 40, every, b)
 	if refusedAlone > 0 {
 		return []string{fmt.Sprintf("%d of B's calls refused with nobody else calling", refusedAlone)}
 	}
-	stop := make(chan struct{})
-	var aRan, aRefused atomic.Int64
-	var reasons sync.Map
-	var wg sync.WaitGroup
-	for range 24 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				ran, why, err := call("tenant-a")
-				switch {
-				case err != nil:
-					t.Error(err)
-					return
-				case ran:
-					aRan.Add(1)
-				default:
-					aRefused.Add(1)
-					reasons.Store(why, true)
-					time.Sleep(50 * time.Millisecond) // a refused client comes back at once, not after Retry-After
-				}
-			}
-		}()
-	}
-	defer func() {
-		close(stop)
-		wg.Wait()
-	}()
-	for deadline := time.Now().Add(30 * time.Second); aRefused.Load() == 0; time.Sleep(10 * time.Millisecond) {
+	alone := sandboxtest.P99(lat)
+	fl := sandboxtest.StartFlood(t, 24, func() (bool, string, error) { return call("tenant-a") })
+	defer fl.Stop()
+	for deadline := time.Now().Add(30 * time.Second); fl.Refused() == 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			return []string{"the flood was never refused"}
 		}
 	}
-	flooded, refused := pacedCalls(t, call, "tenant-b", every)
-	var why []string
-	reasons.Range(func(k, _ any) bool { why = append(why, k.(string)); return true })
+	lat, refused := sandboxtest.Paced(t, 40, every, b)
+	flooded := sandboxtest.P99(lat)
 	t.Logf("%s: B p99 alone %v, under A's flood %v; B refused %d of 40; A ran %d, refused %d (%s)",
-		name, alone, flooded, refused, aRan.Load(), aRefused.Load(), strings.Join(why, ", "))
+		name, alone, flooded, refused, fl.Ran(), fl.Refused(), strings.Join(fl.Reasons(), ", "))
 	if refused > 0 {
 		problems = append(problems, fmt.Sprintf("%d of B's calls refused under A's flood", refused))
 	}
@@ -216,46 +177,6 @@ func fairnessAttempt(t *testing.T, name string, call fairCall, every time.Durati
 		problems = append(problems, fmt.Sprintf("B's p99 under A's flood is %v, over alone (%v) + 150ms", flooded, alone))
 	}
 	return problems
-}
-
-// pacedCalls makes 40 calls of tenant, one every interval, each on its
-// own goroutine; it returns the p99 of those that ran and how many were
-// refused.
-func pacedCalls(t *testing.T, call fairCall, tenant string, every time.Duration) (time.Duration, int) {
-	var mu sync.Mutex
-	var lat []time.Duration
-	refused := 0
-	var wg sync.WaitGroup
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for i := range 40 {
-		if i > 0 {
-			<-tick.C
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t0 := time.Now()
-			ran, why, err := call(tenant)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err != nil:
-				t.Error(err)
-			case ran:
-				lat = append(lat, time.Since(t0))
-			default:
-				refused++
-				t.Logf("tenant B refused: %s", why)
-			}
-		}()
-	}
-	wg.Wait()
-	if len(lat) == 0 {
-		return 0, refused
-	}
-	slices.Sort(lat)
-	return lat[min(len(lat)-1, len(lat)*99/100)], refused
 }
 
 func grepLines(s, sub string) string {

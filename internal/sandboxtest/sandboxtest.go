@@ -1,6 +1,7 @@
 // Package sandboxtest is what sandboxd's tests share: the -short policy for
 // big guests, the fixture path, one compile-cache directory per test binary,
-// a hammer helper and the G01 validation bomb with its timing. It imports
+// a hammer helper, the G01 validation bomb with its timing and the
+// per-tenant fairness harness (Paced, StartFlood, Attempts). It imports
 // no sandboxd package but limits (a leaf: the thread CPU clock), so
 // internal tests (package executor, package manifest) can use it as well as
 // external ones.
