@@ -22,6 +22,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/artifact"
 	"github.com/sandboxd/sandboxd/internal/registrytest"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
 
@@ -506,25 +507,17 @@ func TestConcurrentResolvesShareOneDownload(t *testing.T) {
 	host := registrytest.Host(registrytest.NewInMemory(t, f))
 	a := pushWasm(t, newOCI(t, host, nil), host+"/a/b:1", "1", artifact.PushModule{Title: "m.wasm", Wasm: fixture(t, "go_echo_reactor.wasm")})
 	o := newOCI(t, host, nil)
-	var wg sync.WaitGroup
-	errs := make(chan error, 16)
-	for i := 0; i < 16; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			m, err := o.Resolve(ctxT(t), ociRef(a.Ref, "m.wasm", "1"))
-			if err == nil && m.Digest != a.Layers[0].Digest {
-				err = fmt.Errorf("wrong digest %s", m.Digest)
-			}
-			errs <- err
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
+	sandboxtest.Hammer(t, 16, 1, func(_, _ int) {
+		m, err := o.Resolve(ctxT(t), ociRef(a.Ref, "m.wasm", "1"))
+		if err == nil && m.Digest != a.Layers[0].Digest {
+			err = fmt.Errorf("wrong digest %s", m.Digest)
 		}
+		if err != nil {
+			t.Error(err)
+		}
+	})
+	if t.Failed() {
+		t.FailNow()
 	}
 	if n := f.Count(http.MethodGet, "/blobs/"+a.Layers[0].Digest); n != 1 {
 		t.Fatalf("the layer was downloaded %d times", n)

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/sandboxd/sandboxd/executor"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
 
@@ -93,25 +94,18 @@ func TestNoRecycling(t *testing.T) {
 func TestRecyclingConcurrent(t *testing.T) {
 	e := newExecutor(t, func(c executor.Config) executor.Config { return c.WithPoolSize(4) })
 	tool := load(t, e, "state_reactor", nil)
-	errs := make(chan error, 8)
-	for w := 0; w < 8; w++ {
-		go func() {
-			for i := 0; i < 50; i++ {
-				res, err := invoke(t, tool, `{}`)
-				if err == nil && string(res.Output) != freshState {
-					err = fmt.Errorf("output %s", res.Output)
-				}
-				if err != nil {
-					errs <- err
-					return
-				}
-			}
-			errs <- nil
-		}()
-	}
-	for w := 0; w < 8; w++ {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
+	var failed [8]bool // goroutine g's, so that it stops at its first failure
+	sandboxtest.Hammer(t, 8, 50, func(g, _ int) {
+		if failed[g] {
+			return
 		}
-	}
+		res, err := invoke(t, tool, `{}`)
+		if err == nil && string(res.Output) != freshState {
+			err = fmt.Errorf("output %s", res.Output)
+		}
+		if err != nil {
+			t.Error(err)
+			failed[g] = true
+		}
+	})
 }

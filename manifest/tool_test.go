@@ -4,9 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
 
@@ -257,33 +257,31 @@ func TestToolConcurrent(t *testing.T) {
 		"n":{"type":"integer","minimum":0},
 		"opts":{"type":"object","default":{},"properties":{"v":{"type":"boolean","default":true}}},
 		"tags":{"type":"array","uniqueItems":true,"items":{"type":"string","pattern":"^[a-z]+$"}}}}`)
-	var wg sync.WaitGroup
-	for g := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range 200 {
-				n := g*1000 + i
-				out, err := tool.ValidateInput(fmt.Appendf(nil, `{"n":%d,"tags":["a","b"]}`, n))
-				want := fmt.Sprintf(`{"n":%d,"opts":{"v":true},"tags":["a","b"]}`, n)
-				if err != nil || string(out) != want {
-					t.Errorf("ValidateInput = %s, %v; want %s", out, err, want)
-					return
-				}
-				_, err = tool.ValidateInput(fmt.Appendf(nil, `{"n":-%d,"tags":["a","a","B"]}`, n+1))
-				te, ok := err.(*toolerr.Error)
-				if !ok || len(te.Issues) != 3 {
-					t.Errorf("ValidateInput(bad) = %v", err)
-					return
-				}
-				if _, err := tool.ValidateOutput([]byte(`{"any":"thing"}`)); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	var failed [8]bool // goroutine g's, so that it stops at its first failure
+	sandboxtest.Hammer(t, 8, 200, func(g, i int) {
+		if failed[g] {
+			return
+		}
+		n := g*1000 + i
+		out, err := tool.ValidateInput(fmt.Appendf(nil, `{"n":%d,"tags":["a","b"]}`, n))
+		want := fmt.Sprintf(`{"n":%d,"opts":{"v":true},"tags":["a","b"]}`, n)
+		if err != nil || string(out) != want {
+			t.Errorf("ValidateInput = %s, %v; want %s", out, err, want)
+			failed[g] = true
+			return
+		}
+		_, err = tool.ValidateInput(fmt.Appendf(nil, `{"n":-%d,"tags":["a","a","B"]}`, n+1))
+		te, ok := err.(*toolerr.Error)
+		if !ok || len(te.Issues) != 3 {
+			t.Errorf("ValidateInput(bad) = %v", err)
+			failed[g] = true
+			return
+		}
+		if _, err := tool.ValidateOutput([]byte(`{"any":"thing"}`)); err != nil {
+			t.Error(err)
+			failed[g] = true
+		}
+	})
 }
 
 func BenchmarkLoad(b *testing.B) {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/executor"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/server"
 )
 
@@ -487,19 +488,12 @@ func TestHammer(t *testing.T) {
 		{"t.echo", `{"name":"n"}`, `{"name":"n","opts":{"depth":3}}`},
 	}
 	var ok atomic.Int64
-	var wg sync.WaitGroup
-	for g := 0; g < 2*len(jobs); g++ { // two clients per tool: never over its cap
-		wg.Add(1)
-		go func(j job) {
-			defer wg.Done()
-			for i := 0; i < 10; i++ {
-				r := ts.invoke(t, invokeBody(j.tool, j.input))
-				wantResult(t, r, j.output)
-				ok.Add(1)
-			}
-		}(jobs[g%len(jobs)])
-	}
-	wg.Wait()
+	sandboxtest.Hammer(t, 2*len(jobs), 10, func(g, _ int) { // two clients per tool: never over its cap
+		j := jobs[g%len(jobs)]
+		r := ts.invoke(t, invokeBody(j.tool, j.input))
+		wantResult(t, r, j.output)
+		ok.Add(1)
+	})
 	close(stop)
 	hwg.Wait()
 	t.Logf("%d well-behaved calls succeeded beside %d hostile calls (%d more refused with 503)", ok.Load(), hostile.Load(), refused.Load())
