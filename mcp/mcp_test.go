@@ -1,7 +1,6 @@
 package mcp_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,23 +31,13 @@ func TestMain(m *testing.M) { sandboxtest.Main(m) }
 
 const token = "test-token-1"
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
+// syncBuffer is the server's event log (sandboxtest.Buffer).
+type syncBuffer struct{ sandboxtest.Buffer }
 
 // records decodes the process events of a kind.
 func (s *syncBuffer) records(kind string) []map[string]any {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var out []map[string]any
-	for _, l := range strings.Split(s.b.String(), "\n") {
+	for _, l := range strings.Split(s.String(), "\n") {
 		var m map[string]any
 		if json.Unmarshal([]byte(l), &m) == nil && m["kind"] == kind {
 			out = append(out, m)
@@ -573,9 +562,7 @@ func TestStdioMalformedLines(t *testing.T) {
 	go func() { done <- f.mcp.ServeStdio(context.Background(), pr, &out) }()
 	_, _ = io.WriteString(pw, in)
 	waitFor(t, "the answers", func() bool {
-		out.mu.Lock()
-		defer out.mu.Unlock()
-		return strings.Count(out.b.String(), "\n") >= 8
+		return strings.Count(out.String(), "\n") >= 8
 	})
 	pw.Close()
 	select {
@@ -587,7 +574,7 @@ func TestStdioMalformedLines(t *testing.T) {
 		t.Fatal("ServeStdio did not return when stdin closed")
 	}
 	got := map[string]bool{}
-	for _, l := range strings.Split(strings.TrimSpace(out.b.String()), "\n") {
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
 		var m struct {
 			ID    any `json:"id"`
 			Error *struct {
@@ -610,8 +597,8 @@ func TestStdioMalformedLines(t *testing.T) {
 			t.Errorf("no %q in %v", want, got)
 		}
 	}
-	if !strings.Contains(out.b.String(), `"still here"`) {
-		t.Errorf("the call after the malformed lines was not answered: %s", out.b.String())
+	if !strings.Contains(out.String(), `"still here"`) {
+		t.Errorf("the call after the malformed lines was not answered: %s", out.String())
 	}
 }
 

@@ -34,7 +34,7 @@ func stdioSession(t *testing.T, f *fixture, lines ...string) map[string]json.Raw
 		t.Fatal("ServeStdio did not return at the end of its input")
 	}
 	answers := map[string]json.RawMessage{}
-	for l := range bytes.SplitSeq(bytes.TrimSpace(out.b.Bytes()), []byte{'\n'}) {
+	for l := range bytes.SplitSeq(bytes.TrimSpace(out.Bytes()), []byte{'\n'}) {
 		var m struct {
 			ID json.RawMessage `json:"id"`
 		}

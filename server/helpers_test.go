@@ -144,22 +144,8 @@ type testServer struct {
 	done   chan error
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is the server's event log (sandboxtest.Buffer).
+type syncBuffer struct{ sandboxtest.Buffer }
 
 // records returns the process events of a kind.
 func (s *syncBuffer) records(t testing.TB, kind string) []map[string]any {

@@ -14,7 +14,6 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -309,25 +308,6 @@ func TestHelpStreams(t *testing.T) {
 	}
 }
 
-// cliLockedBuffer is a goroutine-safe buffer for an in-process serve's
-// stderr.
-type cliLockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *cliLockedBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *cliLockedBuffer) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
-
 // examples/index/README.md's command: serve --index on the example pack
 // index; every tool answers, /v1/info names the index's pack, and the
 // routes' token rules are those docs/http.md states.
@@ -336,7 +316,7 @@ func TestServeIndexExample(t *testing.T) {
 	t.Setenv(tokenEnv, "dev-token")
 	t.Setenv("PORT", "0")
 	ctx, cancel := context.WithCancel(context.Background())
-	var stdout, stderr cliLockedBuffer
+	var stdout, stderr sandboxtest.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--index", filepath.Join("..", "..", "examples", "index", "index.json"),

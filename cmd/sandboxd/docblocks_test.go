@@ -64,7 +64,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"net"
 	"os"
@@ -74,12 +73,12 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/registrytest"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 )
 
 // blockTimeout bounds one block. It is generous: the slowest blocks
@@ -422,7 +421,7 @@ func runDocFile(t *testing.T, root, bin, dir, cache, goCache string, blocks []do
 	sh.Dir, sh.Env = clone, env
 	sh.ExtraFiles = []*os.File{nil, nil, nil, nil, nil, cmdR, endW} // fds 3..9: 8 and 9
 	sh.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	shOut := &syncBuffer{}
+	shOut := &sandboxtest.Buffer{}
 	sh.Stdout, sh.Stderr = shOut, shOut
 	if err := sh.Start(); err != nil {
 		t.Fatal(err)
@@ -513,25 +512,6 @@ func runDocFile(t *testing.T, root, bin, dir, cache, goCache string, blocks []do
 	if s := strings.TrimSpace(shOut.String()); s != "" && failedAt == 0 {
 		t.Logf("shell output: %s", s)
 	}
-}
-
-// syncBuffer is the shell's own output, written by exec's copier and read
-// by the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func freeLoopbackPort(t *testing.T) int {

@@ -50,7 +50,7 @@ func TestServeFairAdmission(t *testing.T) {
 	}
 	cmd := exec.Command(bin, "serve", "--tools", tools, "--dev", "--cache-dir", sandboxtest.CacheDir(t), "--max-concurrency", "4", "--mcp")
 	cmd.Env = append(os.Environ(), tokenEnv+"=tok", "PORT=0")
-	var stderr syncWriter
+	var stderr sandboxtest.Buffer
 	cmd.Stderr, cmd.Stdout = &stderr, io.Discard
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -31,7 +31,7 @@ var examplePack = filepath.Join("..", "..", "examples", "pack")
 func TestMCPStdioBinary(t *testing.T) {
 	bin := sandboxdBinary(t)
 	cmd := exec.Command(bin, "mcp", "--tools", examplePack, "--dev", "--cache-dir", sandboxtest.CacheDir(t))
-	var stderr syncWriter
+	var stderr sandboxtest.Buffer
 	cmd.Stderr = &stderr
 	stdin, _ := cmd.StdinPipe()
 	stdoutPipe, _ := cmd.StdoutPipe()
@@ -178,7 +178,7 @@ func startServeMCP(t *testing.T, bin string, extra ...string) (base string, stop
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"serve", "--mcp", "--tools", examplePack, "--dev", "--cache-dir", sandboxtest.CacheDir(t)}, extra...)...)
 	cmd.Env = append(os.Environ(), tokenEnv+"=tok-mcp", "PORT=0")
-	var stderr syncWriter
+	var stderr sandboxtest.Buffer
 	cmd.Stderr, cmd.Stdout = &stderr, io.Discard
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -229,7 +229,7 @@ func TestMCPStdioDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "mcp", "--tools", tools, "--dev", "--cache-dir", sandboxtest.CacheDir(t), "--drain-timeout", "5s")
-	var stderr syncWriter
+	var stderr sandboxtest.Buffer
 	cmd.Stderr = &stderr
 	stdin, _ := cmd.StdinPipe()
 	stdoutPipe, _ := cmd.StdoutPipe()

@@ -469,7 +469,7 @@ func TestMCPPackImage(t *testing.T) {
 	r.tarPack("acme/kindgi:1", kindgiEntries(t, "20261201.1"))
 	cmd := exec.Command(sandboxdBinary(t), "mcp", "--index", "oci://"+r.host+"/acme/kindgi:1", "--insecure-registry", r.host,
 		"--artifact-cache-dir", filepath.Join(t.TempDir(), "oci"), "--cache-dir", sandboxtest.CacheDir(t))
-	var stderr syncWriter
+	var stderr sandboxtest.Buffer
 	cmd.Stderr = &stderr
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()

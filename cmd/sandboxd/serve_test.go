@@ -373,7 +373,7 @@ func TestServeDrainBound(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := exec.Command(bin, "serve", "--tools", tools, "--dev", "--cache-dir", sandboxtest.CacheDir(t), "--drain-timeout", drain.String())
 			cmd.Env = append(os.Environ(), tokenEnv+"=tok", "PORT=0")
-			var stderr syncWriter
+			var stderr sandboxtest.Buffer
 			cmd.Stderr, cmd.Stdout = &stderr, io.Discard
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
@@ -456,22 +456,4 @@ func metrics(base string) string {
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
 	return string(b)
-}
-
-// syncWriter is a goroutine-safe buffer for a child's stderr.
-type syncWriter struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -126,5 +127,19 @@ func TestTimed(t *testing.T) {
 	})
 	if d < 20*time.Millisecond || d > 5*time.Second {
 		t.Fatalf("20 ms of thread CPU counts %v", d)
+	}
+}
+
+// Buffer keeps every write of concurrent writers, and Bytes is a copy.
+func TestBuffer(t *testing.T) {
+	var b sandboxtest.Buffer
+	sandboxtest.Hammer(t, 4, 100, func(g, _ int) { fmt.Fprintf(&b, "%d\n", g) })
+	if n := strings.Count(b.String(), "\n"); n != 400 {
+		t.Fatalf("%d lines, want 400", n)
+	}
+	c := b.Bytes()
+	c[0] = 'x'
+	if b.String()[0] == 'x' || len(c) != len(b.String()) {
+		t.Fatal("Bytes is not a copy of the contents")
 	}
 }
