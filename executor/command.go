@@ -31,7 +31,7 @@ func (t *commandHandler) run(ctx context.Context, inv *invocation, env map[strin
 	}
 	stdout := &cappedBuffer{acct: acct}
 	stderr := newLineForwarder(t.cfg.guestStderr, t.id, "stderr")
-	sl := &sleeper{}
+	sl := &sleeper{tape: inv.tape}
 	mc := t.moduleConfig(env, sl).
 		WithStdin(bytes.NewReader(inv.input)).
 		WithStdout(stdout).

@@ -52,8 +52,9 @@ type egressState struct {
 }
 
 type openResponse struct {
-	resp    *egress.Response
-	headers []byte // JSON, computed once
+	status  int
+	body    io.ReadCloser // the *egress.Response, or a recorded or replayed body (record.go)
+	headers []byte        // JSON, computed once
 	eof     bool
 }
 
@@ -107,6 +108,11 @@ func (inv *invocation) secretGet(name string) ([]byte, abi.Errno, string) {
 	if !inv.tool.needs.secrets[name] {
 		return nil, abi.ErrNotFound, "secret " + name + " is not declared in needsSpec.secrets"
 	}
+	if inv.tape != nil {
+		if v, ok := inv.tape.secret(name); ok { // a replay's placeholder (docs/replay.md)
+			return v, 0, ""
+		}
+	}
 	v, ok := inv.secretValue(name)
 	if !ok {
 		return nil, abi.ErrNotFound, "secret " + name + " has no value"
@@ -133,7 +139,7 @@ func (inv *invocation) egressAttempts() []egress.Attempt {
 	inv.mu.Lock()
 	st := inv.egress
 	inv.mu.Unlock()
-	if st == nil {
+	if st == nil || st.session == nil { // a replay has no session
 		return nil
 	}
 	a, _ := st.session.Attempts()
@@ -170,17 +176,17 @@ func (inv *invocation) httpRequest(ctx context.Context, mod api.Module, reqPtr, 
 		}
 		body = b
 	}
-	st := inv.egressFor(ctx)
-	resp, err := st.session.Do(ctx, &egress.Request{Method: rj.Method, URL: rj.URL, Header: rj.Headers, Body: body})
+	status, header, rbody, err := inv.httpDo(ctx, &egress.Request{Method: rj.Method, URL: rj.URL, Header: rj.Headers, Body: body})
 	if err != nil {
 		return int64(inv.fail(errnoOf(err), "%s", egress.MessageOf(err)))
 	}
-	hdr, _ := json.Marshal(resp.HeadersMap()) // encoding/json sorts the names
+	hdr, _ := json.Marshal(headersMap(header)) // encoding/json sorts the names
+	st := inv.handlesFor(ctx)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.next++
 	h := st.next
-	st.handles[h] = &openResponse{resp: resp, headers: hdr}
+	st.handles[h] = &openResponse{status: status, body: rbody, headers: hdr}
 	return int64(h)
 }
 
@@ -205,7 +211,7 @@ func (inv *invocation) httpStatus(h int32) int32 {
 	if r == nil {
 		return errno
 	}
-	return int32(r.resp.Status)
+	return int32(r.status)
 }
 
 func (inv *invocation) httpHeaders(mod api.Module, h int32, ptr, n uint32) int32 {
@@ -233,7 +239,7 @@ func (inv *invocation) httpBodyRead(mod api.Module, h int32, ptr, n uint32) int3
 	}
 	buf := make([]byte, min(n, maxBodyReadChunk))
 	for {
-		k, err := r.resp.Read(buf)
+		k, err := r.body.Read(buf)
 		if k > 0 {
 			mem.Write(ptr, buf[:k])
 			return int32(k)
@@ -256,7 +262,7 @@ func (inv *invocation) httpClose(h int32) int32 {
 	st.mu.Lock()
 	delete(st.handles, h)
 	st.mu.Unlock()
-	_ = r.resp.Close()
+	_ = r.body.Close()
 	return 0
 }
 

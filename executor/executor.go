@@ -182,6 +182,7 @@ func (e *Executor) Load(ctx context.Context, manifestJSON []byte, opts ...LoadOp
 	if err != nil {
 		return nil, toolerr.As(err).WithTool(mt.ID)
 	}
+	t.manifestDigest = artifact.Digest(manifestJSON) // a recording's (record.go)
 	return t, nil
 }
 

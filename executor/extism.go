@@ -601,8 +601,8 @@ func (inv *invocation) extismHTTP(ctx context.Context, k *extismKernel, reqH, bo
 	inv.mu.Lock()
 	inv.extismStatus, inv.extismHeaders = 0, nil
 	inv.mu.Unlock()
-	st := inv.egressFor(ctx)
-	resp, err := st.session.Do(ctx, &egress.Request{Method: method, URL: rj.URL, Header: rj.Headers, Body: body})
+	status, header, resp, err := inv.httpDo(ctx, &egress.Request{Method: method, URL: rj.URL, Header: rj.Headers, Body: body})
+	st := inv.handlesFor(ctx)
 	if err != nil {
 		panic(inv.egressFailure(st, rj.URL, err))
 	}
@@ -619,9 +619,9 @@ func (inv *invocation) extismHTTP(ctx context.Context, k *extismKernel, reqH, bo
 		panic(inv.egressFailure(st, rj.URL, err))
 	}
 	defer inv.acct.Release(int64(cap(data)))
-	hdr, _ := json.Marshal(extismHeaders(resp.Header))
+	hdr, _ := json.Marshal(extismHeaders(header))
 	inv.mu.Lock()
-	inv.extismStatus, inv.extismHeaders = int32(resp.Status), hdr
+	inv.extismStatus, inv.extismHeaders = int32(status), hdr
 	inv.mu.Unlock()
 	return newBlock(k, data, "response body")
 }
@@ -672,6 +672,9 @@ func (inv *invocation) egressFailure(st *egressState, rawURL string, err error) 
 	d := map[string]any{"egress": string(egress.ReasonOf(err))}
 	if u, perr := url.Parse(rawURL); perr == nil && u.Hostname() != "" {
 		d["host"] = u.Hostname()
+	}
+	if st.session == nil { // a replay (record.go): no attempts
+		return &hostFailure{msg: "extism http_request failed: " + egress.MessageOf(err), details: d}
 	}
 	if a, _ := st.session.Attempts(); len(a) > 0 && a[len(a)-1].Rule != "" {
 		d["rule"] = a[len(a)-1].Rule

@@ -73,6 +73,7 @@ type invocation struct {
 	secrets map[string]string
 	config  map[string][]byte
 	trace   Tracer // the call's tracer (trace.go); nil when none
+	tape    tape   // a recorded or replayed call's host answers (record.go); nil when neither
 
 	mu        sync.Mutex
 	context   []byte // the context document, once contextDoc made it

@@ -101,34 +101,36 @@ type instance struct {
 // its code (reactorHandler.clone). Its output goes to stdout/stderr until the instance
 // is switched to a call.
 func (t *reactorHandler) newInstance(ctx context.Context, env map[string]string, stdout, stderr *lineForwarder) (*instance, error) {
-	in, _, err := t.newCallInstance(ctx, env, stdout, stderr)
+	in, _, err := t.newCallInstance(ctx, env, nil, stdout, stderr)
 	return in, err
 }
 
 // newCallInstance is newInstance on a call's path: it also says whether
-// the instance was loaded from the image or made in full.
-func (t *reactorHandler) newCallInstance(ctx context.Context, env map[string]string, stdout, stderr *lineForwarder) (*instance, Acquisition, error) {
+// the instance was loaded from the image or made in full. An instance for
+// a recorded or replayed call (tp set) is always made in full, its clocks
+// and random source on the tape, and serves only that call.
+func (t *reactorHandler) newCallInstance(ctx context.Context, env map[string]string, tp tape, stdout, stderr *lineForwarder) (*instance, Acquisition, error) {
 	var img *state
-	if len(env) == 0 && t.imageable() {
+	if len(env) == 0 && tp == nil && t.imageable() {
 		img = t.image.Load()
 	}
 	if img != nil {
-		in, err := t.instantiate(ctx, env, img, stdout, stderr)
+		in, err := t.instantiate(ctx, env, img, nil, stdout, stderr)
 		if !errors.Is(err, errClone) {
 			return in, AcquiredImage, err
 		}
 	}
-	in, err := t.instantiate(ctx, env, nil, stdout, stderr)
+	in, err := t.instantiate(ctx, env, nil, tp, stdout, stderr)
 	return in, AcquiredInstantiated, err
 }
 
 // instantiate makes one instance: from img, or in full when img is nil.
-func (t *reactorHandler) instantiate(ctx context.Context, env map[string]string, img *state, stdout, stderr *lineForwarder) (*instance, error) {
-	in := &instance{acct: limits.NewAccount(t.memLimit), sleep: &sleeper{}, stdout: newSwitchWriter(stdout), stderr: newSwitchWriter(stderr)}
+func (t *reactorHandler) instantiate(ctx context.Context, env map[string]string, img *state, tp tape, stdout, stderr *lineForwarder) (*instance, error) {
+	in := &instance{acct: limits.NewAccount(t.memLimit), sleep: &sleeper{tape: tp}, stdout: newSwitchWriter(stdout), stderr: newSwitchWriter(stderr)}
 	in.tables = newTableAccount(in.acct)
 	mc := t.moduleConfig(env, in.sleep).WithStdout(in.stdout).WithStderr(in.stderr)
 	var watch *hostWatch // may this instance be reset to the image?
-	if img == nil && len(env) == 0 && t.imageable() {
+	if img == nil && len(env) == 0 && tp == nil && t.imageable() {
 		watch = &hostWatch{}
 	}
 	var mod api.Module
@@ -183,7 +185,7 @@ func (t *reactorHandler) instantiate(ctx context.Context, env map[string]string,
 		return nil, t.classify(ctx, nil, err, cause, in.acct, cpu, stderr.Tail(), initName(t.shape.init))
 	}
 	in.mod, in.handle = mod, mod.ExportedFunction(t.shape.entry)
-	if img == nil && len(env) == 0 {
+	if img == nil && len(env) == 0 && tp == nil {
 		t.keepState(in, watch) // what a reset writes back; the tool's image
 	}
 	return in, nil
@@ -194,12 +196,15 @@ func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[strin
 	stderr := newLineForwarder(t.cfg.guestStderr, t.id, "stderr")
 	key := t.warmKey(env, inv) // posture none reuses an instance only for the same needs
 	inv.stageStart(StageAcquire)
-	in := t.takeInstance(key)
+	var in *instance
+	if inv.tape == nil { // a recorded or replayed call gets an instance of its own
+		in = t.takeInstance(key)
+	}
 	var acquired Acquisition
 	switch {
 	case in == nil:
 		var err error
-		if in, acquired, err = t.newCallInstance(ctx, env, stdout, stderr); err != nil {
+		if in, acquired, err = t.newCallInstance(ctx, env, inv.tape, stdout, stderr); err != nil {
 			inv.stageEnd(StageAcquire, string(AcquiredInstantiated), err)
 			return &runOutcome{err: err, acquired: AcquiredInstantiated}
 		}
@@ -277,7 +282,7 @@ func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[strin
 		out.output, out.err = output, resultErr
 	}
 	inv.stageEnd(StageGuest, "", out.err)
-	reusable = reusable && !in.mod.IsClosed()
+	reusable = reusable && !in.mod.IsClosed() && inv.tape == nil
 	in.reusable = reusable
 	if t.recycleInline(in) {
 		return out

@@ -23,6 +23,8 @@ type Tool struct {
 	m      *manifest.Tool
 	digest string
 	source string
+	// manifestDigest is the sha256 of the manifest bytes Load was given.
+	manifestDigest string
 
 	// secretNames are the secrets a call may hand this tool and its egress
 	// may substitute: needsSpec.secrets, plus a declarative HTTP tool's
@@ -122,7 +124,13 @@ type Request struct {
 	Timeout       time.Duration
 	TimeoutSource TimeoutSource
 
+	// Record, when set, records the call (docs/replay.md): it runs on a
+	// fresh instance and every host answer is kept; write the recording
+	// with Record.WriteTo once Invoke returned. nil costs nothing.
+	Record *Recorder
+
 	validated json.RawMessage // set once the input validated
+	replay    *replayer       // Tool.Replay's
 }
 
 // Usage is what one call consumed.
@@ -193,7 +201,13 @@ func (t *Tool) finish(ctx context.Context, req *Request, res *Result, err error,
 		if te.Code == toolerr.DeadlineExceeded {
 			te = t.deadlineError(te, ctx, req)
 		}
-		return res, te.WithTool(t.ID())
+		err = te.WithTool(t.ID())
+	}
+	if req.Record != nil {
+		req.Record.end(res, err)
+	}
+	if err != nil {
+		return res, err
 	}
 	return res, nil
 }
@@ -211,6 +225,9 @@ func (t *Tool) invoke(ctx context.Context, req *Request, observed *CallContext) 
 		return nil, toolerr.New(toolerr.Internal, "tool %s is closed", t.ID())
 	}
 	defer c.release()
+	if req.Record != nil {
+		req.Record.begin(t, req)
+	}
 	if err := c.Err(); err != nil {
 		return nil, toolerr.As(err)
 	}
@@ -238,7 +255,10 @@ func (t *Tool) invoke(ctx context.Context, req *Request, observed *CallContext) 
 	// The context document is made when the guest first reads it
 	// (invocation.contextDoc): most calls never do.
 	inv := &invocation{tool: t, input: input, cc: req.Context, env: env, config: cfgValues, secrets: t.declaredSecrets(req.Context.Secrets), trace: tr}
-	if len(t.needs.secrets) > 0 { // before any guest starts, metered (G01)
+	if req.Record != nil || req.replay != nil {
+		inv.startTape(req) // record.go
+	}
+	if len(t.needs.secrets) > 0 && req.replay == nil { // before any guest starts, metered (G01); a replay has no values
 		scpu, err := t.validating(c, 0, inv.checkSecrets)
 		if err != nil {
 			return nil, err

@@ -62,7 +62,8 @@ func (t *toolEnv) guard(ctx context.Context, fn func(ctx context.Context, cancel
 // and charges random_get to it (meteredRand). ctx is the context the instance's
 // guest code currently runs under (the metered one once it is metered).
 type sleeper struct {
-	ctx atomic.Pointer[context.Context]
+	ctx  atomic.Pointer[context.Context]
+	tape tape // the clocks and random source of a recorded or replayed call's instance (record.go)
 }
 
 func (s *sleeper) sleep(ns int64) {
@@ -90,7 +91,11 @@ func (t *toolEnv) moduleConfig(env map[string]string, sl *sleeper) wazero.Module
 	for k, v := range env {
 		mc = mc.WithEnv(k, v)
 	}
-	return t.cfg.deterministicModuleConfig(mc, sl)
+	mc = t.cfg.deterministicModuleConfig(mc, sl)
+	if sl.tape != nil {
+		mc = tapeModuleConfig(mc, sl)
+	}
+	return mc
 }
 
 // handlerFailure maps a non-zero return from handle.

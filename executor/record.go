@@ -1,0 +1,575 @@
+package executor
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+
+	"github.com/sandboxd/sandboxd/egress"
+	"github.com/sandboxd/sandboxd/toolerr"
+)
+
+// Record and replay (docs/replay.md). A call with a tape — a Recorder
+// (Request.Record) or a replayer (Tool.Replay) — runs on a fresh instance
+// made for it, and every host answer that does not come from the call
+// itself goes through the tape: the WASI clocks and random source (the
+// instance's module config, tapeModuleConfig), the HTTP import of ABI v1
+// and Extism (invocation.httpDo) and, in replay, secret_get. Without a tape
+// each of those is one nil check.
+
+// RecordingFormat and RecordingVersion name the recording format.
+const (
+	RecordingFormat  = "sandboxd-recording"
+	RecordingVersion = 1
+	// DefaultRecordMaxBytes caps a recording's answers (RecordOptions.MaxBytes).
+	DefaultRecordMaxBytes = 8 << 20
+	// recordLineOverhead is what one line costs besides its byte strings.
+	recordLineOverhead = 64
+)
+
+// RecordHeader is a recording's first line.
+type RecordHeader struct {
+	Kind           string                     `json:"kind"`
+	Format         string                     `json:"format"`
+	Version        int                        `json:"version"`
+	ToolID         string                     `json:"toolId"`
+	ToolVersion    string                     `json:"toolVersion,omitempty"`
+	Style          string                     `json:"style,omitempty"`
+	Posture        string                     `json:"posture,omitempty"`
+	ModuleDigest   string                     `json:"moduleDigest,omitempty"`
+	ManifestDigest string                     `json:"manifestDigest,omitempty"`
+	Manifest       string                     `json:"manifest,omitempty"`
+	Module         string                     `json:"module,omitempty"`
+	Input          json.RawMessage            `json:"input,omitempty"`
+	InputBase64    []byte                     `json:"inputBase64,omitempty"`
+	Context        CallContext                `json:"context"`
+	Env            map[string]string          `json:"env,omitempty"`
+	Config         map[string]json.RawMessage `json:"config,omitempty"`
+	Secrets        []string                   `json:"secrets,omitempty"`
+	RecordedAt     string                     `json:"recordedAt,omitempty"`
+	MaxBytes       int64                      `json:"maxBytes,omitempty"`
+}
+
+// RecordedCall is one host answer.
+type RecordedCall struct {
+	Kind     string            `json:"kind"`
+	N        int               `json:"n"`
+	Fn       string            `json:"fn"`
+	Clock    string            `json:"clock,omitempty"`
+	NS       int64             `json:"ns,omitempty"`
+	Bytes    []byte            `json:"bytes,omitempty"`
+	Request  *RecordedRequest  `json:"request,omitempty"`
+	Response *RecordedResponse `json:"response,omitempty"`
+	Error    *RecordedError    `json:"error,omitempty"`
+}
+
+// RecordedRequest is an HTTP request as the guest built it.
+type RecordedRequest struct {
+	Method  string            `json:"method"`
+	URL     string            `json:"url"`
+	Headers map[string]string `json:"headers,omitempty"`
+	Body    []byte            `json:"body,omitempty"`
+}
+
+// RecordedResponse is an HTTP response as the guest received it.
+type RecordedResponse struct {
+	Status    int            `json:"status"`
+	Headers   http.Header    `json:"headers,omitempty"`
+	Body      []byte         `json:"body,omitempty"`
+	Reads     []int          `json:"reads,omitempty"`
+	ReadError *RecordedError `json:"readError,omitempty"`
+	// Redacted: a secret value was replaced in the body, whose reads are
+	// then the redacted body's, in maxBodyReadChunk pieces.
+	Redacted bool `json:"redacted,omitempty"`
+}
+
+// RecordedError is a failed request or body read: the egress reason and
+// message.
+type RecordedError struct {
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+// RecordTruncated is the marker of a recording that reached its cap.
+type RecordTruncated struct {
+	Kind   string `json:"kind"`
+	AtCall int    `json:"atCall"`
+	Bytes  int64  `json:"bytes"`
+	Reason string `json:"reason"`
+}
+
+// RecordTrailer is a recording's last line.
+type RecordTrailer struct {
+	Kind         string          `json:"kind"`
+	Outcome      string          `json:"outcome"`
+	Output       json.RawMessage `json:"output,omitempty"`
+	OutputBase64 []byte          `json:"outputBase64,omitempty"`
+	OutputSha256 string          `json:"outputSha256,omitempty"`
+	Error        *RecordedFault  `json:"error,omitempty"`
+	Fuel         int64           `json:"fuel"`
+	HostCalls    int             `json:"hostCalls"`
+}
+
+// RecordedFault is a failed call's native error.
+type RecordedFault struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Recording is a parsed recording (ReadRecording).
+type Recording struct {
+	Header    RecordHeader
+	Calls     []*RecordedCall
+	Truncated *RecordTruncated
+	Trailer   *RecordTrailer
+}
+
+// RecordOptions configures a Recorder.
+type RecordOptions struct {
+	// MaxBytes caps the answers recorded (0: DefaultRecordMaxBytes).
+	MaxBytes int64
+	// Manifest and Module say where the recording process found them
+	// (informational; replay reads Manifest when not told otherwise).
+	Manifest, Module string
+	// ManifestDigest overrides the digest of the manifest Load was given.
+	ManifestDigest string
+}
+
+// Recorder records one call (Request.Record): pass a new one per call and
+// write it out with WriteTo once Invoke returned. Not for concurrent calls.
+type Recorder struct {
+	opts RecordOptions
+
+	mu        sync.Mutex
+	inv       *invocation
+	header    RecordHeader
+	calls     []*RecordedCall
+	n         int // host answers so far, recorded or not
+	size      int64
+	charged   int64 // of size, charged to the call's account
+	truncated *RecordTruncated
+	trailer   *RecordTrailer
+	secrets   []secretPattern
+}
+
+type secretPattern struct{ value, placeholder string }
+
+// NewRecorder returns a recorder for one call.
+func NewRecorder(opts RecordOptions) *Recorder {
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = DefaultRecordMaxBytes
+	}
+	return &Recorder{opts: opts}
+}
+
+// tape is what a recorded or replayed call's host answers go through.
+type tape interface {
+	// start binds the tape to the call's invocation (before any guest code).
+	start(inv *invocation)
+	// clock returns a reading of clock ("realtime" or "monotonic").
+	clock(which string) int64
+	// random fills p (at most one chunk of meteredRand).
+	random(p []byte) (int, error)
+	// sleep waits ns (record) or returns (replay).
+	sleep(sl *sleeper, ns int64)
+	// http performs (record) or answers (replay) one HTTP request.
+	http(ctx context.Context, inv *invocation, req *egress.Request) (int, http.Header, io.ReadCloser, error)
+	// secret answers secret_get in replay (ok false: the normal answer).
+	secret(name string) ([]byte, bool)
+}
+
+// tapeModuleConfig routes the instance's clocks, sleeps and random source
+// through sl's tape (instances made for a recorded or replayed call).
+func tapeModuleConfig(mc wazero.ModuleConfig, sl *sleeper) wazero.ModuleConfig {
+	tp := sl.tape
+	return mc.
+		WithWalltime(func() (int64, int32) {
+			ns := tp.clock("realtime")
+			return ns / 1e9, int32(ns % 1e9)
+		}, 1).
+		WithNanotime(func() int64 { return tp.clock("monotonic") }, 1).
+		WithNanosleep(func(ns int64) { tp.sleep(sl, ns) }).
+		WithRandSource(sl.rand(tapeRand{tp}))
+}
+
+type tapeRand struct{ tp tape }
+
+func (r tapeRand) Read(p []byte) (int, error) { return r.tp.random(p) }
+
+// httpDo is the HTTP import's request: through the call's tape when it
+// has one, else the call's egress session.
+func (inv *invocation) httpDo(ctx context.Context, req *egress.Request) (int, http.Header, io.ReadCloser, error) {
+	if inv.tape != nil {
+		return inv.tape.http(ctx, inv, req)
+	}
+	resp, err := inv.egressFor(ctx).session.Do(ctx, req)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	return resp.Status, resp.Header, resp, nil
+}
+
+// headersMap is http_headers_read's object (egress.Response.HeadersMap).
+func headersMap(h http.Header) map[string]string {
+	out := make(map[string]string, len(h))
+	for k, vs := range h {
+		out[strings.ToLower(k)] = strings.Join(vs, ", ")
+	}
+	return out
+}
+
+// monoBase is the origin of a recorded call's monotonic clock.
+var monoBase = time.Now()
+
+// begin fills the header from the tool and the request (Tool.invoke).
+func (r *Recorder) begin(t *Tool, req *Request) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cc := req.Context
+	cc.Env, cc.Config, cc.Secrets = nil, nil, nil
+	r.header = RecordHeader{
+		Kind: "header", Format: RecordingFormat, Version: RecordingVersion,
+		ToolID: t.ID(), ToolVersion: t.m.Version, Style: string(t.Style()), Posture: string(t.posture),
+		ModuleDigest: t.digest, ManifestDigest: t.manifestDigest,
+		Manifest: r.opts.Manifest, Module: r.opts.Module,
+		Context:    cc,
+		RecordedAt: time.Now().UTC().Format(time.RFC3339), MaxBytes: r.opts.MaxBytes,
+	}
+	if r.opts.ManifestDigest != "" {
+		r.header.ManifestDigest = r.opts.ManifestDigest
+	}
+	// The secrets the call may use, known before anything is written.
+	for name := range t.secretNames {
+		v, ok := req.Context.Secrets[name]
+		if !ok {
+			v, ok = t.exec.cfg.egress.operatorSecret(t.ID(), name)
+		}
+		if ok && v != "" {
+			r.header.Secrets = append(r.header.Secrets, name)
+			r.addSecret(name, v)
+		}
+	}
+	sort.Strings(r.header.Secrets)
+	r.header.Input = r.rawJSON(req.Input)
+	if r.header.Input == nil && len(req.Input) > 0 {
+		r.header.InputBase64 = r.redact(req.Input)
+	}
+	if len(cc.Settings) > 0 {
+		r.header.Context.Settings = r.rawJSON(cc.Settings)
+	}
+}
+
+// addSecret registers value (of secret name) for redaction: as written,
+// JSON-escaped and percent-encoded, longest first.
+func (r *Recorder) addSecret(name, value string) {
+	ph := egress.SecretPlaceholder(name)
+	forms := []string{value, url.QueryEscape(value), url.PathEscape(value)}
+	if b, err := json.Marshal(value); err == nil {
+		forms = append(forms, string(b[1:len(b)-1]))
+	}
+	for _, f := range forms {
+		if f != "" {
+			r.secrets = append(r.secrets, secretPattern{f, ph})
+		}
+	}
+	sort.SliceStable(r.secrets, func(i, j int) bool { return len(r.secrets[i].value) > len(r.secrets[j].value) })
+}
+
+// redact returns b with every secret value replaced by its placeholder (b
+// itself when none occurs).
+func (r *Recorder) redact(b []byte) []byte {
+	for _, p := range r.secrets {
+		if strings.Contains(string(b), p.value) {
+			b = []byte(strings.ReplaceAll(string(b), p.value, p.placeholder))
+		}
+	}
+	return b
+}
+
+func (r *Recorder) redactString(s string) string { return string(r.redact([]byte(s))) }
+
+// rawJSON is b redacted when that is still JSON, else nil.
+func (r *Recorder) rawJSON(b []byte) json.RawMessage {
+	if len(b) == 0 {
+		return nil
+	}
+	b = r.redact(append([]byte(nil), b...))
+	if !json.Valid(b) {
+		return nil
+	}
+	return json.RawMessage(b)
+}
+
+func (r *Recorder) start(inv *invocation) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.inv = inv
+	if len(inv.env) > 0 {
+		r.header.Env = make(map[string]string, len(inv.env))
+		for k, v := range inv.env {
+			r.header.Env[k] = r.redactString(v)
+		}
+	}
+	if len(inv.config) > 0 {
+		r.header.Config = make(map[string]json.RawMessage, len(inv.config))
+		for k, v := range inv.config {
+			if j := r.rawJSON(v); j != nil {
+				r.header.Config[k] = j
+			}
+		}
+	}
+}
+
+// add appends an answer of n bytes (plus the line's overhead) unless the
+// recording is truncated or becomes so; the caller holds r.mu.
+func (r *Recorder) add(c *RecordedCall, n int) bool {
+	r.n++
+	c.Kind, c.N = "call", r.n
+	if r.truncated != nil {
+		return false
+	}
+	if !r.charge(int64(n) + recordLineOverhead) {
+		return false
+	}
+	r.calls = append(r.calls, c)
+	return true
+}
+
+// charge counts n more bytes against the cap and the call's account; on
+// refusal it truncates the recording. The caller holds r.mu.
+func (r *Recorder) charge(n int64) bool {
+	if r.truncated != nil {
+		return false
+	}
+	if r.size+n > r.opts.MaxBytes {
+		r.truncate("the recording reached its cap of " + mb(r.opts.MaxBytes) + " (--record-max-bytes)")
+		return false
+	}
+	r.size += n
+	if r.inv != nil && r.inv.acct != nil {
+		if due := r.size - r.charged; due > 0 {
+			if !r.inv.acct.Reserve(due) {
+				r.size -= n
+				r.truncate("the call's memMB account refused the recording's next " + mb(due))
+				return false
+			}
+			r.charged = r.size
+		}
+	}
+	return true
+}
+
+func (r *Recorder) truncate(reason string) {
+	r.truncated = &RecordTruncated{Kind: "truncated", AtCall: r.n, Bytes: r.size, Reason: reason}
+}
+
+func (r *Recorder) clock(which string) int64 {
+	var ns int64
+	if which == "realtime" {
+		ns = time.Now().UnixNano()
+	} else {
+		ns = int64(time.Since(monoBase)) + 1
+	}
+	r.mu.Lock()
+	r.add(&RecordedCall{Fn: "clock", Clock: which, NS: ns}, 0)
+	r.mu.Unlock()
+	return ns
+}
+
+func (r *Recorder) random(p []byte) (int, error) {
+	n, err := rand.Read(p)
+	r.mu.Lock()
+	r.add(&RecordedCall{Fn: "random", Bytes: append([]byte(nil), p[:n]...)}, n)
+	r.mu.Unlock()
+	return n, err
+}
+
+func (r *Recorder) sleep(sl *sleeper, ns int64) { sl.sleep(ns) }
+
+func (r *Recorder) secret(string) ([]byte, bool) { return nil, false }
+
+func (r *Recorder) http(ctx context.Context, inv *invocation, req *egress.Request) (int, http.Header, io.ReadCloser, error) {
+	rr := &RecordedRequest{Method: req.Method, URL: r.redactString(req.URL), Body: r.redact(append([]byte(nil), req.Body...))}
+	if len(req.Header) > 0 {
+		rr.Headers = make(map[string]string, len(req.Header))
+		for k, v := range req.Header {
+			rr.Headers[r.redactString(k)] = r.redactString(v)
+		}
+	}
+	resp, err := inv.egressFor(ctx).session.Do(ctx, req)
+	c := &RecordedCall{Fn: "http_request", Request: rr}
+	size := len(rr.URL) + len(rr.Body)
+	for k, v := range rr.Headers {
+		size += len(k) + len(v)
+	}
+	if err != nil {
+		c.Error = &RecordedError{Reason: string(egress.ReasonOf(err)), Message: r.redactString(egress.MessageOf(err))}
+		r.mu.Lock()
+		r.add(c, size+len(c.Error.Message))
+		r.mu.Unlock()
+		return 0, nil, nil, err
+	}
+	c.Response = &RecordedResponse{Status: resp.Status}
+	if len(resp.Header) > 0 {
+		c.Response.Headers = make(http.Header, len(resp.Header))
+		for k, vs := range resp.Header {
+			out := make([]string, len(vs))
+			for i, v := range vs {
+				out[i] = r.redactString(v)
+				size += len(k) + len(v)
+			}
+			c.Response.Headers[r.redactString(k)] = out
+		}
+	}
+	r.mu.Lock()
+	kept := r.add(c, size)
+	r.mu.Unlock()
+	if !kept {
+		return resp.Status, resp.Header, resp, nil
+	}
+	return resp.Status, resp.Header, &recordedBody{src: resp, r: r, resp: c.Response}, nil
+}
+
+// recordedBody records the body bytes the guest reads, read by read.
+type recordedBody struct {
+	src  io.ReadCloser
+	r    *Recorder
+	resp *RecordedResponse
+}
+
+func (b *recordedBody) Read(p []byte) (int, error) {
+	n, err := b.src.Read(p)
+	b.r.mu.Lock()
+	defer b.r.mu.Unlock()
+	if n > 0 && b.r.charge(int64(n)) {
+		b.resp.Body = append(b.resp.Body, p[:n]...)
+		b.resp.Reads = append(b.resp.Reads, n)
+	}
+	if err != nil && err != io.EOF && b.resp.ReadError == nil {
+		b.resp.ReadError = &RecordedError{Reason: string(egress.ReasonOf(err)), Message: b.r.redactString(egress.MessageOf(err))}
+	}
+	return n, err
+}
+
+func (b *recordedBody) Close() error { return b.src.Close() }
+
+// end writes the trailer from the call's outcome (Tool.finish).
+func (r *Recorder) end(res *Result, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	tr := &RecordTrailer{Kind: "trailer", Outcome: "result", HostCalls: r.n}
+	if res != nil {
+		tr.Fuel = res.Usage.Fuel
+	}
+	if err != nil {
+		te := toolerr.As(err)
+		tr.Outcome = string(te.Code)
+		tr.Error = &RecordedFault{Code: string(te.Code), Message: r.redactString(te.Message)}
+	} else if res != nil {
+		out := r.redact(append([]byte(nil), res.Output...))
+		sum := sha256.Sum256(out)
+		tr.OutputSha256 = hex.EncodeToString(sum[:])
+		if json.Valid(out) {
+			tr.Output = out
+		} else {
+			tr.OutputBase64 = out
+		}
+	}
+	// A body a secret was redacted from gets the redacted body's reads.
+	for _, c := range r.calls {
+		if c.Response == nil || len(c.Response.Body) == 0 {
+			continue
+		}
+		if red := r.redact(c.Response.Body); len(red) != len(c.Response.Body) || string(red) != string(c.Response.Body) {
+			c.Response.Body, c.Response.Redacted = red, true
+			c.Response.Reads = nil
+			for off := 0; off < len(red); off += maxBodyReadChunk {
+				c.Response.Reads = append(c.Response.Reads, min(maxBodyReadChunk, len(red)-off))
+			}
+		}
+	}
+	r.trailer = tr
+}
+
+// WriteTo writes the recording as JSON lines (docs/replay.md). Call it once
+// Invoke returned.
+func (r *Recorder) WriteTo(w io.Writer) (int64, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.trailer == nil {
+		return 0, errors.New("executor: the recorded call has not ended (WriteTo before Invoke returned)")
+	}
+	bw := bufio.NewWriter(w)
+	cw := &countWriter{w: bw}
+	enc := json.NewEncoder(cw)
+	enc.SetEscapeHTML(false)
+	lines := []any{&r.header}
+	for _, c := range r.calls {
+		lines = append(lines, c)
+	}
+	if r.truncated != nil {
+		lines = append(lines, r.truncated)
+	}
+	lines = append(lines, r.trailer)
+	for _, l := range lines {
+		if err := enc.Encode(l); err != nil {
+			return cw.n, err
+		}
+	}
+	return cw.n, bw.Flush()
+}
+
+// Truncated reports whether the recording reached its cap.
+func (r *Recorder) Truncated() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.truncated != nil
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// startTape makes the call's recorder or replayer its tape (Tool.invoke).
+func (inv *invocation) startTape(req *Request) {
+	if req.Record != nil {
+		inv.tape = req.Record
+	} else {
+		inv.tape = req.replay
+	}
+	inv.tape.start(inv)
+}
+
+// handlesFor is the call's HTTP state: its egress session's, or for a
+// replay one without a session (the network is never used).
+func (inv *invocation) handlesFor(ctx context.Context) *egressState {
+	if _, replay := inv.tape.(*replayer); !replay {
+		return inv.egressFor(ctx)
+	}
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	if inv.egress == nil {
+		inv.egress = &egressState{handles: map[int32]*openResponse{}}
+	}
+	return inv.egress
+}

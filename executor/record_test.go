@@ -1,0 +1,313 @@
+package executor_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/sandboxd/sandboxd/executor"
+)
+
+// record runs one call of tool with a Recorder and returns the result, the
+// error and the recording's bytes.
+func record(t *testing.T, tool *executor.Tool, req executor.Request, opts executor.RecordOptions) (*executor.Result, error, []byte) {
+	t.Helper()
+	rec := executor.NewRecorder(opts)
+	req.Record = rec
+	if req.Context.TenantID == "" {
+		req.Context = req.Context.WithDefaults("t1", "r1")
+	}
+	res, err := tool.Invoke(context.Background(), req)
+	var buf bytes.Buffer
+	if _, werr := rec.WriteTo(&buf); werr != nil {
+		t.Fatalf("WriteTo: %v", werr)
+	}
+	return res, err, buf.Bytes()
+}
+
+func parseRecording(t *testing.T, b []byte) *executor.Recording {
+	t.Helper()
+	rec, err := executor.ReadRecording(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("ReadRecording: %v\n%s", err, b)
+	}
+	return rec
+}
+
+func replay(t *testing.T, tool *executor.Tool, b []byte) *executor.ReplayReport {
+	t.Helper()
+	rep, err := tool.Replay(context.Background(), parseRecording(t, b))
+	if err != nil {
+		t.Fatalf("Replay: %v", err)
+	}
+	return rep
+}
+
+func countFn(rec *executor.Recording, fn string) int {
+	n := 0
+	for _, c := range rec.Calls {
+		if c.Fn == fn {
+			n++
+		}
+	}
+	return n
+}
+
+// A WAT reactor's clock reading and random bytes are recorded, and a
+// replay on another executor gets the same output and fuel; another input
+// makes it ask for 4 random bytes where 8 were recorded, and replay names
+// that host call.
+func TestRecordReplayClockRandom(t *testing.T) {
+	tool := load(t, newExecutor(t), "replay_clock_random", nil)
+	res, err, b := record(t, tool, executor.Request{Input: []byte(`{}`)}, executor.RecordOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := parseRecording(t, b)
+	if len(rec.Calls) != 2 || rec.Calls[0].Fn != "clock" || rec.Calls[0].Clock != "realtime" || rec.Calls[1].Fn != "random" || len(rec.Calls[1].Bytes) != 8 {
+		t.Fatalf("calls %s", b)
+	}
+	if rec.Trailer.Outcome != "result" || rec.Trailer.Fuel != res.Usage.Fuel || res.Usage.Fuel == 0 || !bytes.Equal(rec.Trailer.Output, res.Output) {
+		t.Fatalf("trailer %+v, result %s fuel %d", rec.Trailer, res.Output, res.Usage.Fuel)
+	}
+	if rec.Header.ToolID != tool.ID() || rec.Header.ModuleDigest != tool.Digest() || rec.Header.ManifestDigest == "" || string(rec.Header.Input) != `{}` {
+		t.Fatalf("header %+v", rec.Header)
+	}
+
+	// Another executor, a fresh tool: the same call.
+	other := load(t, newExecutor(t), "replay_clock_random", nil)
+	rep := replay(t, other, b)
+	if !rep.Identical || rep.Err != nil || !bytes.Equal(rep.Result.Output, res.Output) || rep.Result.Usage.Fuel != res.Usage.Fuel {
+		t.Fatalf("replay: %+v (divergence %q)", rep, rep.Divergence)
+	}
+	// Two recordings of the same call differ (the clock and the random
+	// bytes are real), so the output is the replayed answers'.
+	res2, _, _ := record(t, tool, executor.Request{Input: []byte(`{}`)}, executor.RecordOptions{})
+	if bytes.Equal(res2.Output, res.Output) {
+		t.Fatalf("two recorded calls gave the same clock and random bytes: %s", res.Output)
+	}
+
+	// Another input: the guest asks for 4 random bytes.
+	edited := bytes.Replace(b, []byte(`"input":{}`), []byte(`"input":{"a":1}`), 1)
+	rep = replay(t, other, edited)
+	if rep.Identical || rep.Divergence != "host call #2: the guest asked random_get(4 bytes), recorded random_get(8 bytes)" {
+		t.Fatalf("divergence %q", rep.Divergence)
+	}
+
+	// A recorded answer changed: the output differs.
+	rec.Calls[1].Bytes[0] ^= 0xff
+	rep, err = other.Replay(context.Background(), rec)
+	if err != nil || rep.Identical || !strings.HasPrefix(rep.Divergence, "output: replay ") {
+		t.Fatalf("edited random bytes: %v %q", err, rep.Divergence)
+	}
+}
+
+// Unusable files: truncated at the cap, cut before the trailer, not JSON,
+// another version. Replay refuses each with an *UnusableError.
+func TestRecordingUnusable(t *testing.T) {
+	tool := load(t, newExecutor(t), "replay_clock_random", nil)
+	_, err, b := record(t, tool, executor.Request{Input: []byte(`{}`)}, executor.RecordOptions{MaxBytes: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := parseRecording(t, b)
+	if rec.Truncated == nil || rec.Trailer == nil || len(rec.Calls) != 1 {
+		t.Fatalf("truncated recording: %s", b)
+	}
+	if _, err := tool.Replay(context.Background(), rec); !executor.IsUnusable(err) || !strings.Contains(err.Error(), "truncated at host call #2") {
+		t.Fatalf("replay of a truncated recording: %v", err)
+	}
+
+	_, _, good := record(t, tool, executor.Request{Input: []byte(`{}`)}, executor.RecordOptions{})
+	lines := bytes.SplitAfter(bytes.TrimSpace(good), []byte("\n"))
+	for name, bad := range map[string][]byte{
+		"no trailer":      bytes.Join(lines[:len(lines)-1], nil),
+		"not json":        append(append([]byte(nil), lines[0]...), []byte("{oops\n")...),
+		"version 9":       bytes.Replace(good, []byte(`"version":1`), []byte(`"version":9`), 1),
+		"empty":           nil,
+		"not a recording": []byte(`{"kind":"result"}` + "\n"),
+		"gap":             bytes.Replace(good, []byte(`"n":2`), []byte(`"n":3`), 1),
+	} {
+		if _, err := executor.ReadRecording(bytes.NewReader(bad)); !executor.IsUnusable(err) {
+			t.Errorf("%s: %v", name, err)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+	}
+}
+
+// upstream is a loopback server for replay_reactor: /first answers
+// {"next":"/second"}, /second reflects the X-Key header.
+func upstream(t *testing.T) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/first":
+			fmt.Fprint(w, `{"next":"/second","pad":"0123456789abcdef0123456789"}`)
+		case "/second", "/secund":
+			b, _ := json.Marshal(map[string]string{"path": r.URL.Path, "key": r.Header.Get("X-Key")})
+			w.Write(b)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// The issue's case: a Go guest calls a loopback upstream twice and reads
+// the clock and random bytes; with the upstream stopped, the replay is
+// identical with the same fuel; a recorded response byte edited makes the
+// second request differ, and replay names that host call. A secret
+// substituted into a header and reflected by the upstream appears nowhere
+// in the recording.
+func TestRecordReplayHTTPGuest(t *testing.T) {
+	const secret = "s3cr3t-Value-42"
+	srv := upstream(t)
+	port := serverPort(t, srv)
+	edit := func(m map[string]any) {
+		withNetwork("allowlist", "api.test:"+port)(m)
+		m["needsSpec"] = map[string]any{"secrets": map[string]any{"API_KEY": map[string]any{"type": "string"}}}
+	}
+	tool := load(t, newExecutor(t, loopbackEgress), "replay_reactor", edit)
+	input := fmt.Sprintf(`{"url":"http://api.test:%s/first","headers":{"X-Key":"{{secret:API_KEY}}"}}`, port)
+	req := executor.Request{Input: []byte(input), Context: executor.CallContext{TenantID: "t1", RunID: "r1", Secrets: map[string]string{"API_KEY": secret}}}
+	res, err, b := record(t, tool, req, executor.RecordOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(b, []byte(secret)) || bytes.Contains(res.Output, []byte(secret)) {
+		t.Fatalf("the secret is in the recording or the output:\n%s", b)
+	}
+	rec := parseRecording(t, b)
+	if countFn(rec, "http_request") != 2 || countFn(rec, "clock") == 0 || countFn(rec, "random") == 0 {
+		t.Fatalf("calls: %d http, %d clock, %d random", countFn(rec, "http_request"), countFn(rec, "clock"), countFn(rec, "random"))
+	}
+	if len(rec.Header.Secrets) != 1 || rec.Header.Secrets[0] != "API_KEY" {
+		t.Fatalf("secrets %v", rec.Header.Secrets)
+	}
+	var httpCalls []*executor.RecordedCall
+	for _, c := range rec.Calls {
+		if c.Fn == "http_request" {
+			httpCalls = append(httpCalls, c)
+		}
+	}
+	if got := httpCalls[0].Request.Headers["X-Key"]; got != "{{secret:API_KEY}}" {
+		t.Fatalf("recorded header %q", got)
+	}
+	if r := httpCalls[0].Response; r.Status != 200 || len(r.Reads) < 3 {
+		t.Fatalf("first response %+v (16-byte reads expected)", r)
+	}
+	if !bytes.Contains(httpCalls[1].Response.Body, []byte("[REDACTED:API_KEY]")) {
+		t.Fatalf("second response %s", httpCalls[1].Response.Body)
+	}
+	t.Logf("%d host calls, %d bytes, fuel %d", len(rec.Calls), len(b), rec.Trailer.Fuel)
+
+	// Offline: the upstream is gone and the replaying executor may reach nothing.
+	srv.Close()
+	offline := load(t, newExecutor(t), "replay_reactor", edit)
+	rep := replay(t, offline, b)
+	if !rep.Identical || rep.Result == nil || rep.Result.Usage.Fuel != res.Usage.Fuel || !bytes.Equal(rep.Result.Output, res.Output) {
+		t.Fatalf("offline replay: %q err %v", rep.Divergence, rep.Err)
+	}
+
+	// One byte of the first response edited: "/second" becomes "/secund".
+	edited := bytes.Replace(b, []byte(b64(`{"next":"/second",`)), []byte(b64(`{"next":"/secund",`)), 1)
+	if bytes.Equal(edited, b) {
+		t.Fatal("the first response body was not found in the recording")
+	}
+	rep = replay(t, offline, edited)
+	want := fmt.Sprintf("host call #%d: the guest asked http_request GET http://api.test:%s/secund, recorded http_request GET http://api.test:%s/second", httpCalls[1].N, port, port)
+	if rep.Identical || rep.Divergence != want {
+		t.Fatalf("divergence %q\nwant %q", rep.Divergence, want)
+	}
+}
+
+// b64 is the base64 of s, which must be a multiple of 3 bytes long so
+// that it is a prefix of the encoding of anything s begins.
+func b64(s string) string {
+	if len(s)%3 != 0 {
+		panic("b64: not a multiple of 3 bytes: " + s)
+	}
+	b, _ := json.Marshal([]byte(s))
+	return strings.Trim(string(b), `"`)
+}
+
+// A guest that reads a secret with secret_get and outputs it: the
+// recording holds the placeholder, and replay answers secret_get with it,
+// so the output is the recorded one; the fuel is not, because the guest
+// computed on a value of another length (docs/replay.md "Secrets").
+func TestRecordSecretGet(t *testing.T) {
+	const secret = "another-s3cret"
+	edit := func(m map[string]any) {
+		m["needsSpec"] = map[string]any{"secrets": map[string]any{"TOKEN": map[string]any{"type": "string", "minLength": 8}}}
+	}
+	tool := load(t, newExecutor(t), "http_fetch_reactor", edit)
+	req := executor.Request{Input: []byte(`{"secret":"TOKEN"}`), Context: executor.CallContext{TenantID: "t1", RunID: "r1", Secrets: map[string]string{"TOKEN": secret}}}
+	res, err, b := record(t, tool, req, executor.RecordOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(res.Output, []byte(secret)) {
+		t.Fatalf("output %s", res.Output)
+	}
+	if bytes.Contains(b, []byte(secret)) {
+		t.Fatalf("the secret is in the recording:\n%s", b)
+	}
+	rec := parseRecording(t, b)
+	if !bytes.Contains(rec.Trailer.Output, []byte(`{{secret:TOKEN}}`)) {
+		t.Fatalf("recorded output %s", rec.Trailer.Output)
+	}
+	rep := replay(t, load(t, newExecutor(t), "http_fetch_reactor", edit), b)
+	if rep.Err != nil || !bytes.Equal(rep.Result.Output, rec.Trailer.Output) || !strings.HasPrefix(rep.Divergence, "fuel: ") {
+		t.Fatalf("replay: %q %v %s", rep.Divergence, rep.Err, rep.Result.Output)
+	}
+}
+
+// WASI commands: a Go command (whose runtime reads clocks and random
+// bytes) and a WAT one replay identically; another module diverges.
+func TestRecordReplayCommand(t *testing.T) {
+	for _, name := range []string{"echo_command", "go_echo_command"} {
+		t.Run(name, func(t *testing.T) {
+			tool := load(t, newExecutor(t), name, nil)
+			res, err, b := record(t, tool, executor.Request{Input: []byte(`{"a":[1,2,3]}`)}, executor.RecordOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := parseRecording(t, b)
+			t.Logf("%d host calls, fuel %d", len(rec.Calls), res.Usage.Fuel)
+			rep := replay(t, load(t, newExecutor(t), name, nil), b)
+			if !rep.Identical || rep.Result.Usage.Fuel != res.Usage.Fuel {
+				t.Fatalf("replay: %q %v", rep.Divergence, rep.Err)
+			}
+		})
+	}
+}
+
+// Posture none reuses warm instances, but a recorded call gets one of its
+// own, made in full: the answers its initialisation drew are in the
+// recording, and the warm instance is not the recorded call's.
+func TestRecordFreshInstance(t *testing.T) {
+	tool := load(t, newExecutor(t), "counter", func(m map[string]any) { m["sandbox"] = "none" })
+	for i := 1; i <= 2; i++ {
+		res, err := invoke(t, tool, `{}`)
+		if err != nil || string(res.Output) != fmt.Sprintf(`{"count":%d}`, i) {
+			t.Fatalf("call %d: %s %v", i, res.Output, err)
+		}
+	}
+	res, err, b := record(t, tool, executor.Request{Input: []byte(`{}`)}, executor.RecordOptions{})
+	if err != nil || string(res.Output) != `{"count":1}` {
+		t.Fatalf("recorded call: %s %v", res.Output, err)
+	}
+	if res, err := invoke(t, tool, `{}`); err != nil || string(res.Output) != `{"count":3}` {
+		t.Fatalf("the warm instance after the recorded call: %s %v", res.Output, err)
+	}
+	if rep := replay(t, tool, b); !rep.Identical {
+		t.Fatalf("replay: %q", rep.Divergence)
+	}
+}
