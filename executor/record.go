@@ -2,6 +2,7 @@ package executor
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -58,6 +59,7 @@ type RecordHeader struct {
 	Context        CallContext                `json:"context"`
 	Env            map[string]string          `json:"env,omitempty"`
 	Config         map[string]json.RawMessage `json:"config,omitempty"`
+	ConfigBase64   map[string][]byte          `json:"configBase64,omitempty"` // values that are not compact JSON, byte for byte
 	Secrets        []string                   `json:"secrets,omitempty"`
 	RecordedAt     string                     `json:"recordedAt,omitempty"`
 	MaxBytes       int64                      `json:"maxBytes,omitempty"`
@@ -301,13 +303,21 @@ func (r *Recorder) redact(b []byte) []byte {
 
 func (r *Recorder) redactString(s string) string { return string(r.redact([]byte(s))) }
 
-// rawJSON is b redacted when that is still JSON, else nil.
+// rawJSON is b redacted when that is still JSON and compact (a JSON line
+// holds it byte for byte), else nil: the caller keeps the bytes in base64.
 func (r *Recorder) rawJSON(b []byte) json.RawMessage {
 	if len(b) == 0 {
 		return nil
 	}
 	b = r.redact(append([]byte(nil), b...))
-	if !json.Valid(b) {
+	return compactJSON(b)
+}
+
+// compactJSON is b when it is compact JSON (encoding/json writes it back
+// unchanged), else nil.
+func compactJSON(b []byte) json.RawMessage {
+	var buf bytes.Buffer
+	if json.Compact(&buf, b) != nil || !bytes.Equal(buf.Bytes(), b) {
 		return nil
 	}
 	return json.RawMessage(b)
@@ -328,6 +338,11 @@ func (r *Recorder) start(inv *invocation) {
 		for k, v := range inv.config {
 			if j := r.rawJSON(v); j != nil {
 				r.header.Config[k] = j
+			} else {
+				if r.header.ConfigBase64 == nil {
+					r.header.ConfigBase64 = map[string][]byte{}
+				}
+				r.header.ConfigBase64[k] = r.redact(append([]byte(nil), v...))
 			}
 		}
 	}
@@ -482,8 +497,8 @@ func (r *Recorder) end(res *Result, err error) {
 		out := r.redact(append([]byte(nil), res.Output...))
 		sum := sha256.Sum256(out)
 		tr.OutputSha256 = hex.EncodeToString(sum[:])
-		if json.Valid(out) {
-			tr.Output = out
+		if j := compactJSON(out); j != nil {
+			tr.Output = j
 		} else {
 			tr.OutputBase64 = out
 		}

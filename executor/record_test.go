@@ -99,6 +99,19 @@ func TestRecordReplayClockRandom(t *testing.T) {
 		t.Fatalf("divergence %q", rep.Divergence)
 	}
 
+	// An input that is not compact JSON is kept byte for byte (the guest
+	// sees its length: 3 bytes, so it asks for 4 random bytes).
+	_, err, spaced := record(t, tool, executor.Request{Input: []byte("{}\n")}, executor.RecordOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := parseRecording(t, spaced).Header; h.Input != nil || string(h.InputBase64) != "{}\n" {
+		t.Fatalf("header input %q base64 %q", h.Input, h.InputBase64)
+	}
+	if rep := replay(t, other, spaced); !rep.Identical {
+		t.Fatalf("replay of a spaced input: %q", rep.Divergence)
+	}
+
 	// A recorded answer changed: the output differs.
 	rec.Calls[1].Bytes[0] ^= 0xff
 	rep, err = other.Replay(context.Background(), rec)

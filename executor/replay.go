@@ -173,6 +173,12 @@ func (t *Tool) Replay(ctx context.Context, rec *Recording) (*ReplayReport, error
 	}
 	cc := h.Context
 	cc.Env, cc.Config, cc.Secrets = maps.Clone(h.Env), maps.Clone(h.Config), nil
+	for k, v := range h.ConfigBase64 {
+		if cc.Config == nil {
+			cc.Config = map[string]json.RawMessage{}
+		}
+		cc.Config[k] = v
+	}
 	rp := &replayer{rec: rec, secrets: map[string]bool{}}
 	for _, s := range h.Secrets {
 		rp.secrets[s] = true
