@@ -146,5 +146,19 @@
 // Every context an instance's code runs under (instantiation, the start
 // function, _initialize, handle) carries its tableAccount. The bytes stay
 // charged for the instance's life: a new call on a warm or recycled instance
-// starts its Account afresh and charges them again (resetAccount).
+// starts its Account afresh and charges them again (resetAccount).//
+// # Record and replay
+//
+// A call with Request.Record (or run by Tool.Replay) has a tape (record.go,
+// replay.go; format in docs/replay.md). It runs on an instance made for it
+// in full — never pooled, warm, recycled or loaded from the image, and
+// never kept — whose WASI clocks, sleeps and random source are the tape's
+// (sleeper.tape, tapeModuleConfig), so the answers drawn during
+// _initialize are on the tape too. The HTTP import of ABI v1 and Extism
+// asks invocation.httpDo, which records the exchange around the egress
+// session or, in replay, answers it from the recording without a session;
+// a replay answers secret_get with the secret's placeholder. Everything
+// else a guest reads (input, context, config, env) comes from the call,
+// which replay rebuilds from the recording's header. Without a tape each
+// hook is a nil check.
 package executor

@@ -148,6 +148,8 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		envs         stringList
 	)
 	fs.Var(&envs, "env", "NAME=VALUE for a needsSpec.env value (repeatable)")
+	recordPath := fs.String("record", "", "write a recording of the call to this file (mode 0600): every host answer, so that sandboxd replay FILE re-runs it offline (docs/replay.md)")
+	recordMax := fs.Int64("record-max-bytes", executor.DefaultRecordMaxBytes, "cap on a --record recording's answers; past it the recording is truncated (and cannot be replayed)")
 	eventsDest := fs.String("events", "", "write the call's lifecycle events (pending → in_progress → completed|failed) as JSON lines to this file, or - for stderr (as serve; stdout carries only the envelope)")
 	var execOpts execFlags
 	execOpts.register(fs)
@@ -175,6 +177,9 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	if *timeout <= 0 {
 		return usage("--timeout must be positive, got %s", *timeout)
+	}
+	if *recordMax <= 0 {
+		return usage("--record-max-bytes must be positive, got %d", *recordMax)
 	}
 	cc := executor.CallContext{TenantID: "local", RunID: newRunID()}
 	if *ctxPath != "" {
@@ -269,7 +274,22 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err != nil {
 		return emit(stdout, stderr, nil, err)
 	}
-	res, err := tool.Invoke(callCtx, executor.Request{Input: input, Context: cc, Timeout: *timeout, TimeoutSource: executor.TimeoutSource{Name: "--timeout"}})
+	req := executor.Request{Input: input, Context: cc, Timeout: *timeout, TimeoutSource: executor.TimeoutSource{Name: "--timeout"}}
+	if *recordPath != "" {
+		opts := executor.RecordOptions{MaxBytes: *recordMax}
+		if *manifestPath != "" {
+			opts.Manifest, _ = filepath.Abs(*manifestPath)
+		}
+		req.Record = executor.NewRecorder(opts)
+	}
+	res, err := tool.Invoke(callCtx, req)
+	if req.Record != nil {
+		if werr := writeRecording(*recordPath, req.Record); werr != nil {
+			fmt.Fprintf(stderr, "sandboxd run: --record: %v\n", werr)
+		} else if req.Record.Truncated() {
+			fmt.Fprintf(stderr, "sandboxd run: the recording %s was truncated at its cap (--record-max-bytes %d): it cannot be replayed\n", *recordPath, *recordMax)
+		}
+	}
 	return emit(stdout, stderr, res, err)
 }
 
