@@ -3,8 +3,10 @@ package executor_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -323,4 +325,62 @@ func TestRecordFreshInstance(t *testing.T) {
 	if rep := replay(t, tool, b); !rep.Identical {
 		t.Fatalf("replay: %q", rep.Divergence)
 	}
+}
+
+// Extism plug-ins: the TinyGo http.wasm's exchange (through a loopback TLS
+// server standing in for jsonplaceholder) replays on an executor that
+// could reach nothing; config.wasm's config value comes from the header;
+// count_vowels_std (a standard-Go _start plug-in, its runtime drawing
+// clocks and random bytes) replays with the same fuel.
+func TestRecordReplayExtism(t *testing.T) {
+	httpWasm := extismPlugin(t, "http.wasm")
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"userId": 1, "id": 1, "title": "delectus aut autem", "completed": false}`))
+	}))
+	defer srv.Close()
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", srv.Listener.Addr().String())
+	}
+	e := newExecutor(t, func(c executor.Config) executor.Config {
+		return c.WithEgressResolver(publicResolver{}).WithEgressDialer(dial).WithEgressTLS(&tls.Config{InsecureSkipVerify: true})
+	})
+	offline := newExecutor(t)
+	allow := withNetwork("allowlist", "jsonplaceholder.typicode.com")
+	tool := mustLoadExtism(t, e, httpWasm, "run_test", "context-isolated", allow)
+	res, err, b := record(t, tool, executor.Request{Input: []byte(`""`)}, executor.RecordOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := parseRecording(t, b)
+	if countFn(rec, "http_request") != 1 {
+		t.Fatalf("recording:\n%s", b)
+	}
+	srv.Close()
+	rep := replay(t, mustLoadExtism(t, offline, httpWasm, "run_test", "context-isolated", allow), b)
+	if !rep.Identical || !bytes.Equal(rep.Result.Output, res.Output) {
+		t.Fatalf("http.wasm replay: %q %v", rep.Divergence, rep.Err)
+	}
+
+	cfgWasm := extismPlugin(t, "config.wasm")
+	tool = mustLoadExtism(t, offline, cfgWasm, "run_test", "context-isolated", withConfig("thing"))
+	res, err, b = record(t, tool, executor.Request{Input: []byte(`""`), Context: rawConfig("thing", "hello")}, executor.RecordOptions{})
+	if err != nil || !strings.Contains(string(res.Output), "hello") {
+		t.Fatalf("config.wasm: %s %v", res.Output, err)
+	}
+	if rep := replay(t, tool, b); !rep.Identical {
+		t.Fatalf("config.wasm replay: %q %v", rep.Divergence, rep.Err)
+	}
+
+	stdWasm := extismPlugin(t, "count_vowels_std.wasm")
+	tool = mustLoadExtism(t, offline, stdWasm, "", "context-isolated", nil)
+	res, err, b = record(t, tool, executor.Request{Input: []byte(`"hello world"`)}, executor.RecordOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep := replay(t, tool, b); !rep.Identical || rep.Result.Usage.Fuel != res.Usage.Fuel {
+		t.Fatalf("count_vowels_std replay: %q %v", rep.Divergence, rep.Err)
+	}
+	t.Logf("count_vowels_std: %d host calls, fuel %d", len(parseRecording(t, b).Calls), res.Usage.Fuel)
 }
