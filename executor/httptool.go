@@ -72,7 +72,7 @@ func (t *httpHandler) run(ctx context.Context, inv *invocation, _ map[string]str
 		return out
 	}
 	if s.AuthHeader != "" {
-		if _, ok := inv.secretValue(s.AuthSecret); !ok { // the secretRef is one of t.secretNames
+		if _, ok := inv.secretValue(s.AuthSecret); !ok && !inv.replaying() { // the secretRef is one of t.secretNames; a replay has no values
 
 			out.err = &toolerr.Error{Code: toolerr.InputValidationFailed, Message: "secret " + s.AuthSecret + " (spec.authorization.secretRef) has no value",
 				Issues: []toolerr.Issue{{InstancePath: "/ctx/secrets", SchemaPath: "#/spec/authorization/secretRef", Keyword: "required",
@@ -113,7 +113,7 @@ func (t *httpHandler) run(ctx context.Context, inv *invocation, _ map[string]str
 	inv.mu.Lock()
 	inv.egress = &egressState{session: sess}
 	inv.mu.Unlock()
-	resp, err := sess.Do(ctx, &egress.Request{Method: s.Method, URL: u, Header: hdr, Literal: literal, Body: body})
+	status, _, resp, err := inv.httpDo(ctx, &egress.Request{Method: s.Method, URL: u, Header: hdr, Literal: literal, Body: body}) // sess, or the call's tape (record.go)
 	if err != nil {
 		out.err = t.httpToolError(ctx, acct, err)
 		return out
@@ -123,7 +123,7 @@ func (t *httpHandler) run(ctx context.Context, inv *invocation, _ map[string]str
 	// (limits-exceeded memMB past it); bodies of error answers only up to
 	// the excerpt. What the session hands over is already redacted: every
 	// substituted secret value is replaced by its marker (F08).
-	success := resp.Status >= s.OKMin && resp.Status <= s.OKMax
+	success := status >= s.OKMin && status <= s.OKMax
 	capAt := int64(-1)
 	if !success {
 		capAt = maxErrorBodyExcerpt
@@ -141,11 +141,11 @@ func (t *httpHandler) run(ctx context.Context, inv *invocation, _ map[string]str
 		// Like Kindgi, the message carries the start of the body (the
 		// first 512 bytes, redacted); details.body has up to the excerpt.
 		body := sess.Redact(sanitizeLine(data))
-		msg := fmt.Sprintf("the server answered %d %s, outside successStatus %d-%d", resp.Status, http.StatusText(resp.Status), s.OKMin, s.OKMax)
+		msg := fmt.Sprintf("the server answered %d %s, outside successStatus %d-%d", status, http.StatusText(status), s.OKMin, s.OKMax)
 		if body != "" {
 			msg += ": " + truncateUTF8(body, maxMessageBodyExcerpt)
 		}
-		out.err = &toolerr.Error{Code: toolerr.HandlerError, Message: msg, Details: map[string]any{"status": resp.Status, "body": body}}
+		out.err = &toolerr.Error{Code: toolerr.HandlerError, Message: msg, Details: map[string]any{"status": status, "body": body}}
 		return out
 	}
 	if !s.ParseJSON {
@@ -185,7 +185,7 @@ func (t *httpHandler) run(ctx context.Context, inv *invocation, _ map[string]str
 				msg += ": " + err.Error()
 			}
 		}
-		out.err = &toolerr.Error{Code: toolerr.HandlerError, Message: msg, Details: map[string]any{"status": resp.Status}}
+		out.err = &toolerr.Error{Code: toolerr.HandlerError, Message: msg, Details: map[string]any{"status": status}}
 		return out
 	}
 	out.output = data

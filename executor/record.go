@@ -575,10 +575,17 @@ func (inv *invocation) startTape(req *Request) {
 	inv.tape.start(inv)
 }
 
+// replaying reports whether the call is a replay (its secrets have no
+// values; the network is never used).
+func (inv *invocation) replaying() bool {
+	_, ok := inv.tape.(*replayer)
+	return ok
+}
+
 // handlesFor is the call's HTTP state: its egress session's, or for a
 // replay one without a session (the network is never used).
 func (inv *invocation) handlesFor(ctx context.Context) *egressState {
-	if _, replay := inv.tape.(*replayer); !replay {
+	if !inv.replaying() {
 		return inv.egressFor(ctx)
 	}
 	inv.mu.Lock()

@@ -384,3 +384,44 @@ func TestRecordReplayExtism(t *testing.T) {
 	}
 	t.Logf("count_vowels_std: %d host calls, fuel %d", len(parseRecording(t, b).Calls), res.Usage.Fuel)
 }
+
+// A declarative HTTP tool's exchange is recorded (its bearer token as the
+// placeholder) and replayed with the upstream stopped; another input asks
+// for another URL, and replay names the request.
+func TestRecordReplayDeclarativeHTTP(t *testing.T) {
+	const token = "decl-t0ken-9"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		b, _ := json.Marshal(map[string]string{"path": r.URL.Path, "auth": r.Header.Get("Authorization")})
+		w.Write(b)
+	}))
+	port := serverPort(t, srv)
+	spec := map[string]any{
+		"kind": "http", "method": "GET", "urlTemplate": "http://api.test:" + port + "/users/{id}",
+		"authorization": map[string]any{"kind": "bearer", "secretRef": map[string]any{"envName": "API_KEY", "name": "API_KEY"}},
+	}
+	tool := loadHTTPTool(t, newExecutor(t, loopbackEgress), spec, nil)
+	cc := executor.CallContext{TenantID: "t", RunID: "r", Secrets: map[string]string{"API_KEY": token}}
+	res, err, b := record(t, tool, executor.Request{Input: []byte(`{"id":"7"}`), Context: cc}, executor.RecordOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(b, []byte(token)) {
+		t.Fatalf("the token is in the recording:\n%s", b)
+	}
+	rec := parseRecording(t, b)
+	if len(rec.Calls) != 1 || rec.Calls[0].Fn != "http_request" || rec.Calls[0].Response == nil {
+		t.Fatalf("recording:\n%s", b)
+	}
+	srv.Close()
+	offline := loadHTTPTool(t, newExecutor(t), spec, nil)
+	rep := replay(t, offline, b)
+	if !rep.Identical || !bytes.Equal(rep.Result.Output, res.Output) {
+		t.Fatalf("replay: %q %v", rep.Divergence, rep.Err)
+	}
+	rep = replay(t, offline, bytes.Replace(b, []byte(`"input":{"id":"7"}`), []byte(`"input":{"id":"8"}`), 1))
+	want := "host call #1: the guest asked http_request GET http://api.test:" + port + "/users/8, recorded http_request GET http://api.test:" + port + "/users/7"
+	if rep.Divergence != want {
+		t.Fatalf("divergence %q\nwant %q", rep.Divergence, want)
+	}
+}

@@ -212,11 +212,20 @@ func (rp *replayer) start(*invocation) {}
 // (same fn and match), else records the divergence and makes the guest
 // trap.
 func (rp *replayer) next(fn, asked string, match func(c *RecordedCall) string) *RecordedCall {
-	rp.mu.Lock()
-	if rp.diverged != "" {
-		msg := rp.diverged
-		rp.mu.Unlock()
+	c, msg := rp.take(fn, asked, match)
+	if msg != "" {
 		trapf("replay diverged: %s", msg)
+	}
+	return c
+}
+
+// take is next without the trap: it returns the divergence instead (for
+// host work outside a guest: a declarative HTTP tool's request).
+func (rp *replayer) take(fn, asked string, match func(c *RecordedCall) string) (*RecordedCall, string) {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	if rp.diverged != "" {
+		return nil, rp.diverged
 	}
 	n := rp.pos + 1
 	var c *RecordedCall
@@ -234,12 +243,10 @@ func (rp *replayer) next(fn, asked string, match func(c *RecordedCall) string) *
 	}
 	if msg != "" {
 		rp.diverged = msg
-		rp.mu.Unlock()
-		trapf("replay diverged: %s", msg)
+		return nil, msg
 	}
 	rp.pos++
-	rp.mu.Unlock()
-	return c
+	return c, ""
 }
 
 func describeCall(c *RecordedCall) string {
@@ -290,9 +297,14 @@ func (rp *replayer) secret(name string) ([]byte, bool) {
 
 func (rp *replayer) http(_ context.Context, _ *invocation, req *egress.Request) (int, http.Header, io.ReadCloser, error) {
 	asked := &RecordedRequest{Method: req.Method, URL: req.URL, Headers: req.Header, Body: req.Body}
-	c := rp.next("http_request", "http_request "+describeRequest(asked), func(c *RecordedCall) string {
+	// No trap: the request may be host work outside a guest (a declarative
+	// HTTP tool). The guest gets an error and traps at its next host call.
+	c, msg := rp.take("http_request", "http_request "+describeRequest(asked), func(c *RecordedCall) string {
 		return requestDiff(asked, c.Request)
 	})
+	if msg != "" {
+		return 0, nil, nil, &egress.Error{Reason: egress.ReasonInternal, Msg: "replay diverged: " + msg}
+	}
 	if c.Error != nil {
 		return 0, nil, nil, &egress.Error{Reason: egress.Reason(c.Error.Reason), Msg: c.Error.Message}
 	}
