@@ -120,6 +120,7 @@ type RecordTrailer struct {
 	Output       json.RawMessage `json:"output,omitempty"`
 	OutputBase64 []byte          `json:"outputBase64,omitempty"`
 	OutputSha256 string          `json:"outputSha256,omitempty"`
+	OutputBytes  int             `json:"outputBytes,omitempty"`
 	Error        *RecordedFault  `json:"error,omitempty"`
 	Fuel         int64           `json:"fuel"`
 	HostCalls    int             `json:"hostCalls"`
@@ -497,9 +498,14 @@ func (r *Recorder) end(res *Result, err error) {
 		out := r.redact(append([]byte(nil), res.Output...))
 		sum := sha256.Sum256(out)
 		tr.OutputSha256 = hex.EncodeToString(sum[:])
-		if j := compactJSON(out); j != nil {
+		tr.OutputBytes = len(out)
+		switch j := compactJSON(out); {
+		case r.truncated != nil || r.size+int64(len(out)) > r.opts.MaxBytes:
+			// Past the cap the output is its hash alone (it is in the
+			// call's memory already; the file need not hold it).
+		case j != nil:
 			tr.Output = j
-		} else {
+		default:
 			tr.OutputBase64 = out
 		}
 	}

@@ -114,6 +114,24 @@ func TestRecordReplayClockRandom(t *testing.T) {
 		t.Fatalf("replay of a spaced input: %q", rep.Divergence)
 	}
 
+	// Answers within the cap, the output past it: the trailer has its
+	// hash, and replay compares that.
+	_, err, hashed := record(t, tool, executor.Request{Input: []byte(`{}`)}, executor.RecordOptions{MaxBytes: 180})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hrec := parseRecording(t, hashed)
+	if hrec.Truncated != nil || hrec.Trailer.Output != nil || hrec.Trailer.OutputSha256 == "" {
+		t.Fatalf("hash-only trailer: %s", hashed)
+	}
+	if rep := replay(t, other, hashed); !rep.Identical {
+		t.Fatalf("replay against the output's hash: %q", rep.Divergence)
+	}
+	hrec.Calls[1].Bytes[0] ^= 0xff
+	if rep, err := other.Replay(context.Background(), hrec); err != nil || !strings.Contains(rep.Divergence, "sha256") {
+		t.Fatalf("edited answer against the output's hash: %v %q", err, rep.Divergence)
+	}
+
 	// A recorded answer changed: the output differs.
 	rec.Calls[1].Bytes[0] ^= 0xff
 	rep, err = other.Replay(context.Background(), rec)
@@ -423,5 +441,41 @@ func TestRecordReplayDeclarativeHTTP(t *testing.T) {
 	want := "host call #1: the guest asked http_request GET http://api.test:" + port + "/users/8, recorded http_request GET http://api.test:" + port + "/users/7"
 	if rep.Divergence != want {
 		t.Fatalf("divergence %q\nwant %q", rep.Divergence, want)
+	}
+}
+
+// The bytes a recording holds are charged to the call's memMB account: a
+// 3 MB response recorded raises the call's peak by about its size.
+func TestRecordChargedToCall(t *testing.T) {
+	body := `{"data":"` + strings.Repeat("x", 3<<20) + `"}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, body)
+	}))
+	defer srv.Close()
+	port := serverPort(t, srv)
+	tool := load(t, newExecutor(t, loopbackEgress), "http_fetch_reactor", withNetwork("allowlist", "api.test:"+port))
+	input := fetchInput("http://api.test:"+port+"/", nil)
+	plain, err := invoke(t, tool, input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorded, err, _ := record(t, tool, executor.Request{Input: []byte(input)}, executor.RecordOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("peakMemMB %.2f unrecorded, %.2f recorded", plain.Usage.PeakMemMB, recorded.Usage.PeakMemMB)
+	if recorded.Usage.PeakMemMB < plain.Usage.PeakMemMB+2.5 {
+		t.Fatalf("peakMemMB %.2f recorded, %.2f unrecorded: the recording's 3 MB are not charged", recorded.Usage.PeakMemMB, plain.Usage.PeakMemMB)
+	}
+	// Under a cap smaller than the body the recording is truncated, and
+	// the call still succeeds.
+	res, err, b := record(t, tool, executor.Request{Input: []byte(input)}, executor.RecordOptions{MaxBytes: 1 << 20})
+	if err != nil || !bytes.Equal(res.Output, plain.Output) {
+		t.Fatalf("truncated recording's call: %v", err)
+	}
+	rec := parseRecording(t, b)
+	if rec.Truncated == nil || len(b) > 2<<20 || rec.Trailer.Output != nil || rec.Trailer.OutputSha256 == "" || rec.Trailer.OutputBytes != len(res.Output) {
+		t.Fatalf("a %d-byte recording under a 1 MiB cap, truncated %v, trailer output %d bytes", len(b), rec.Truncated, len(rec.Trailer.Output))
 	}
 }
