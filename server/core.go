@@ -323,8 +323,9 @@ func (t *Ticket) Call(ctx context.Context, c Call) (o Outcome) {
 		c.Running(callID)
 	}
 	type result struct {
-		res *executor.Result
-		err error
+		res       *executor.Result
+		err       error
+		recording string // the kept recording's file (recordings.go)
 	}
 	var tracer executor.Tracer
 	if ct != nil {
@@ -358,7 +359,15 @@ func (t *Ticket) Call(ctx context.Context, c Call) (o Outcome) {
 				s.activeGuests.Add(-1)
 				s.guests.Done()
 			}()
-			r.res, r.err = e.tool.Invoke(ctx, executor.Request{CallID: callID, Input: c.Input, Context: c.Context, Tracer: tracer, Timeout: timeout, TimeoutSource: c.TimeoutSource})
+			req := executor.Request{CallID: callID, Input: c.Input, Context: c.Context, Tracer: tracer, Timeout: timeout, TimeoutSource: c.TimeoutSource}
+			var sampled bool
+			if s.recs != nil {
+				req.Record, sampled = s.recs.start()
+			}
+			r.res, r.err = e.tool.Invoke(ctx, req)
+			if req.Record != nil {
+				r.recording = s.recs.keep(req.Record, callID, r.err, sampled)
+			}
 		}()
 		done <- r
 	})
@@ -379,6 +388,7 @@ func (t *Ticket) Call(ctx context.Context, c Call) (o Outcome) {
 			r.err = toolerr.Wrap(toolerr.Cancelled, te, "the caller closed the connection")
 		}
 	}
+	rec.recording = r.recording
 	var usage *executor.Usage
 	if r.res != nil {
 		u := r.res.Usage

@@ -122,6 +122,9 @@ type Options struct {
 	// Version is the build's version for sandboxd_build_info (""
 	// reads the binary's module version).
 	Version string
+	// Record, when its Dir is set, keeps recordings of failed or sampled
+	// calls (recordings.go; serve --record-failures, --record-sample).
+	Record Recordings
 	// Tracing, when set, exports an OpenTelemetry span per call (see
 	// NewTracing); nil: no tracing, and no cost on the call path.
 	Tracing *Tracing
@@ -149,6 +152,7 @@ type Server struct {
 	bodies  byteBudget
 	metrics *metrics
 	tracing *Tracing
+	recs    *recordStore // nil: no recordings (Options.Record)
 
 	// A call registers (active +1) before it checks draining, a drain sets
 	// draining before it reads active: with sequentially consistent
@@ -226,13 +230,17 @@ func New(ctx context.Context, exec *executor.Executor, src Source, opts Options)
 	if opts.BodyTimeout <= 0 {
 		opts.BodyTimeout = DefaultBodyTimeout
 	}
+	recs, err := newRecordStore(opts.Record)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	lg := opts.Log
 	if lg == nil {
 		// Disabled at every level: a call record is not even formatted.
 		lg = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{
-		exec: exec, src: src, opts: opts, log: lg,
+		exec: exec, src: src, opts: opts, log: lg, recs: recs,
 		tokenSum: sha256.Sum256([]byte(opts.Token)),
 		adm:      newAdmission(opts),
 		bodies:   byteBudget{limit: opts.BodyBudget},
@@ -634,6 +642,7 @@ func ParseTraceparent(h string) (traceID, spanID string) {
 // callRecord is what one invocation's "call" event carries.
 type callRecord struct {
 	id, target, outcome, code, callID string
+	recording                         string // the file of the call's recording (Options.Record)
 	start                             time.Time
 	cc                                executor.CallContext
 	traceID, spanID                   string
@@ -645,7 +654,7 @@ func (s *Server) record(rec *callRecord) {
 	}
 	// slog.Attr values, not ...any: the same event without boxing each
 	// value (the array holds the most attributes a record has).
-	var buf [11]slog.Attr
+	var buf [12]slog.Attr
 	attrs := append(buf[:0], slog.String("id", clipID(rec.id)), slog.String("target", rec.target), slog.String("outcome", rec.outcome),
 		slog.Int64("durationMs", time.Since(rec.start).Milliseconds()), slog.String("tenantId", clipID(rec.cc.TenantID)), slog.String("runId", clipID(rec.cc.RunID)))
 	if rec.cc.RequestID != "" {
@@ -659,6 +668,9 @@ func (s *Server) record(rec *callRecord) {
 	}
 	if rec.code != "" {
 		attrs = append(attrs, slog.String("code", rec.code))
+	}
+	if rec.recording != "" {
+		attrs = append(attrs, slog.String("recording", rec.recording))
 	}
 	// NewLogger's handler writes the record directly (eventlog.go): slog's
 	// JSONHandler was 7% of the served path's CPU under wrk (bench-serve

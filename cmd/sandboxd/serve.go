@@ -46,6 +46,9 @@ type serviceFlags struct {
 	drain, bodyTimeout, tenantCPU, tenantWindow       *time.Duration
 	bodyMB                                            *int64
 	otlpEndpoint                                      *string
+	recordDir                                         *string // --record-failures
+	recordSample, recordMaxFiles                      *int
+	recordMaxMB, recordCallMax                        *int64
 	noTraceparent                                     stringList
 	exec                                              execFlags
 	oci                                               ociFlags
@@ -79,6 +82,11 @@ func (f *serviceFlags) register(fs *flag.FlagSet) {
 	f.images = fs.Bool("instance-images", true, "load new context-isolated and strict instances from their tool's post-initialisation image (copy-on-write) instead of running each one's _initialize; false gives every instance the random bytes and clock readings of its own _initialize")
 	f.otlpEndpoint = fs.String("otlp-endpoint", "", "export an OpenTelemetry span per call (and its stages and egress requests) over OTLP/HTTP to this collector URL, e.g. http://collector:4318 (default: off, unless $OTEL_EXPORTER_OTLP_ENDPOINT or $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set)")
 	fs.Var(&f.noTraceparent, "otlp-no-traceparent", "with tracing on: guest HTTP requests to this destination ([scheme://]host[:port], the allowlist grammar) carry no traceparent header (repeatable)")
+	f.recordDir = fs.String("record-failures", "", "keep a recording (docs/replay.md) of every call that fails with handler-error, handler-trap, limits-exceeded or output-validation-failed in this directory (0700; files 0600; its call record names the file); every call then runs on a fresh instance")
+	f.recordSample = fs.Int("record-sample", 0, "with --record-failures: also keep the recording of one call in N, whatever its outcome (canaries)")
+	f.recordMaxFiles = fs.Int("record-max-files", server.DefaultRecordMaxFiles, "most recordings --record-failures keeps; past it the oldest is removed")
+	f.recordMaxMB = fs.Int64("record-max-mb", server.DefaultRecordMaxBytes>>20, "most MiB of recordings --record-failures keeps; past it the oldest are removed")
+	f.recordCallMax = fs.Int64("record-max-bytes", executor.DefaultRecordMaxBytes, "cap on one recording's answers (past it the recording is truncated and cannot be replayed)")
 	f.poolSize = fs.Int("pool-size", -1, "most pre-warmed instances per context-isolated/strict tool; pools grow toward it under load and shrink when idle, within a 512 MiB budget for all tools (-1: the executor's default, 8)")
 	f.exec.register(fs)
 	f.oci.register(fs, false)
@@ -161,6 +169,12 @@ func (f *serviceFlags) boot(ctx context.Context, plog *slog.Logger, token string
 	cfg, err := f.exec.apply(executor.NewConfig())
 	if err != nil {
 		return fail("config-invalid", []string{err.Error()})
+	}
+	if *f.recordSample < 0 || *f.recordSample > 0 && *f.recordDir == "" {
+		return fail("config-invalid", []string{"--record-sample needs --record-failures DIR (where the recordings go) and a positive N"})
+	}
+	if *f.recordDir != "" && (*f.recordMaxFiles <= 0 || *f.recordMaxMB <= 0 || *f.recordCallMax <= 0) {
+		return fail("config-invalid", []string{"--record-max-files, --record-max-mb and --record-max-bytes must be positive"})
 	}
 	var rec *events.Recorder
 	if *f.eventsDest != "" {
@@ -260,6 +274,8 @@ func (f *serviceFlags) boot(ctx context.Context, plog *slog.Logger, token string
 		DrainTimeout: *f.drain, EnvCheckWarn: *f.envCheck == "warn", Log: plog,
 		BodyBudget: *f.bodyMB << 20, BodyTimeout: *f.bodyTimeout,
 		Tracing: tracing, Version: implVersion(),
+		Record: server.Recordings{Dir: *f.recordDir, Failures: *f.recordDir != "", Sample: *f.recordSample,
+			MaxFiles: *f.recordMaxFiles, MaxBytes: *f.recordMaxMB << 20, CallMaxBytes: *f.recordCallMax},
 	})
 	if err != nil && ctx.Err() != nil {
 		plog.Info("stopped", "during", "boot")

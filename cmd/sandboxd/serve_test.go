@@ -48,6 +48,8 @@ func TestServeConfigInvalid(t *testing.T) {
 		{"two sources", "tok", []string{"--tools", dir, "--index", "x.json"}},
 		{"bad env check", "tok", []string{"--tools", dir, "--env-check", "maybe"}},
 		{"bad posture", "tok", []string{"--tools", dir, "--refuse-posture", "loose"}},
+		{"record sample without a directory", "tok", []string{"--tools", dir, "--record-sample", "10"}},
+		{"record cap not positive", "tok", []string{"--tools", dir, "--record-failures", dir, "--record-max-files", "0"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv(tokenEnv, tc.token)
