@@ -23,9 +23,11 @@
 //	probe input-validation  an input breaking the input schema is refused
 //	probe output-schema     every case output is valid against the output schema
 //	probe determinism       mutating: false tools answer alike on two fresh instances
+//	cassette        with Options.Cassettes: a recording of the tool replays identically offline
 //
 // A case file that does not parse, or names a tool the pack lacks, is a
-// failed "cases" check under the file's name.
+// failed "cases" check under the file's name; a cassette likewise, a
+// failed "cassette" check.
 //
 // A check whose prerequisite failed is skipped, so every defect is reported
 // once. Findings are pass, fail, warn (determinism only) or skip; a Report

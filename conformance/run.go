@@ -86,6 +86,10 @@ type Options struct {
 	// index (needs Index) with the keys of TrustedKeys: an "envelope"
 	// check. The image digest is asked of OCI for the envelope's imageRef.
 	Envelope, TrustedKeys string
+	// Cassettes is a directory of recordings (*.rec.jsonl, sandboxd run
+	// --record): each is a "cassette" check of the tool it names, replayed
+	// offline (cassettes.go).
+	Cassettes string
 }
 
 // OCI is what Run needs from an OCI client; *artifact.OCI implements it.
@@ -273,6 +277,11 @@ func Run(ctx context.Context, source string, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, infra(err, "cannot list the case files")
 	}
+	if opts.Cassettes != "" {
+		if r.cassettes, r.badCassettes, err = readCassettes(opts.Cassettes); err != nil {
+			return nil, infra(err, "cannot read the cassettes")
+		}
+	}
 
 	cfg := executor.NewConfig().
 		WithDevMode(true). // filesystem refs load; the artifact-ref check judges them
@@ -401,6 +410,7 @@ func Run(ctx context.Context, source string, opts Options) (*Report, error) {
 			r.rep.add(e.file, "cases", StatusFail, string(toolerr.ToolNotInPack), "%s names tool %q, which is not in the pack", e.file, e.cf.Tool)
 		}
 	}
+	r.orphanCassettes()
 	r.relativize()
 	return r.rep, nil
 }
@@ -537,6 +547,9 @@ type runner struct {
 	image  *artifact.PackImage // an --index oci:// pack's image
 	exec   *executor.Executor
 	wz     wazero.Runtime
+
+	cassettes    map[string][]*cassette // by tool id, until the tool's checks took them
+	badCassettes []*cassette
 }
 
 // unreachable reports whether err comes from the network rather than from
@@ -650,6 +663,7 @@ func (r *runner) checkTool(ctx context.Context, name string, pt packTool, caseFi
 	add("abi", StatusPass, "", "%s handler (%s), imports allowed for posture %s", tool.Style(), moduleABI(mod.Bytes), m.Posture())
 
 	r.behaviour(ctx, name, mt, tool, mod.Bytes, pt, caseFiles)
+	r.replayCassettes(ctx, tool, add)
 	return nil
 }
 
@@ -693,6 +707,7 @@ func (r *runner) checkDeclarative(ctx context.Context, name string, m *manifest.
 	defer tool.Close(context.WithoutCancel(ctx))
 	add("abi", StatusPass, "", "declarative HTTP tool: its spec compiles")
 	r.behaviour(ctx, name, mt, tool, nil, pt, caseFiles)
+	r.replayCassettes(ctx, tool, add)
 	return nil
 }
 

@@ -40,6 +40,7 @@ func cmdConformance(ctx context.Context, args []string, _ io.Reader, stdout, std
 		memMB         = fs.Int64("default-mem-mb", executor.DefaultMemMB, "memMB for tools that declare no limits")
 		cpuMs         = fs.Int64("default-cpu-ms", executor.DefaultCPUMs, "cpuMs for tools that declare no limits")
 		colorMode     = fs.String("color", "auto", "colour the summary: auto (on a terminal), always, never")
+		cassettes     = fs.String("cassettes", "", "directory of recordings (*.rec.jsonl, sandboxd run --record): each is a case of the tool it names, replayed offline; a divergence fails it (docs/replay.md)")
 	)
 	var maxMemMB, maxCPUMs int64
 	registerCeilings(fs, &maxMemMB, &maxCPUMs)
@@ -134,6 +135,7 @@ func cmdConformance(ctx context.Context, args []string, _ io.Reader, stdout, std
 		DefaultMemMB: *memMB, DefaultCPUMs: *cpuMs, FuelBudget: *fuelBudget, AllowUnmetered: *unmetered,
 		MaxMemMB: maxMemMB, MaxCPUMs: maxCPUMs,
 		Index: *index, ModuleRoot: *moduleRoot, BundleMap: bm, BundleMapPath: bmPath, Envelope: *envelope, TrustedKeys: *trustedKeys,
+		Cassettes: *cassettes,
 	}
 	if *fuelBudget < 0 {
 		return usage("--fuel-budget must not be negative")

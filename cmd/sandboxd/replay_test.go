@@ -142,3 +142,51 @@ func TestRunRecordReplayHTTP(t *testing.T) {
 	}
 	t.Logf("replay: %s%s", out, errs)
 }
+
+// conformance --cassettes: a recording made with run --record is a case of
+// its tool, replayed offline; an edited one fails with its divergence; an
+// unusable one and one of a tool not in the pack fail too.
+func TestConformanceCassettes(t *testing.T) {
+	packDir, cas := t.TempDir(), t.TempDir()
+	wasm, err := os.ReadFile(sandboxtest.FixturePath(t, "replay_clock_random"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(packDir, "handler.wasm"), wasm, 0o644)
+	m := `{"id":"acme.clock","description":"clock and random","version":"1.0.0","input":{"type":"object"},"output":{"type":"object"},` +
+		`"codeArtifactRef":{"kind":"filesystem","modulePath":"handler.wasm"},"limits":{"memMB":16,"cpuMs":1000}}`
+	os.WriteFile(filepath.Join(packDir, "tool.json"), []byte(m), 0o644)
+	rec := filepath.Join(cas, "a.rec.jsonl")
+	if code, out, errs := runCLI(t, "{}", "run", "--manifest", filepath.Join(packDir, "tool.json"), "--input", "-", "--record", rec); code != 0 {
+		t.Fatalf("run: %d %s %s", code, out, errs)
+	}
+	conf := func() (int, string) {
+		code, out, errs := runCLI(t, "", "conformance", packDir, "--cassettes", cas, "--artifact-cache-dir", filepath.Join(t.TempDir(), "oci"))
+		if code == exitUsage {
+			t.Fatalf("conformance: usage %s", errs)
+		}
+		return code, out
+	}
+	code, out := conf()
+	if code != exitOK || !strings.Contains(out, "a.rec.jsonl replays identically offline (2 host calls, outcome result, fuel ") {
+		t.Fatalf("conformance: %d\n%s", code, out)
+	}
+
+	b, _ := os.ReadFile(rec)
+	os.WriteFile(filepath.Join(cas, "b.rec.jsonl"), bytes.Replace(b, []byte(`"input":{}`), []byte(`"input":{"a":1}`), 1), 0o600)
+	os.WriteFile(filepath.Join(cas, "c.rec.jsonl"), b[:len(b)/2], 0o600)
+	os.WriteFile(filepath.Join(cas, "d.rec.jsonl"), bytes.Replace(b, []byte(`"toolId":"acme.clock"`), []byte(`"toolId":"acme.gone"`), 1), 0o600)
+	code, out = conf()
+	for _, want := range []string{
+		"b.rec.jsonl diverged: host call #2: the guest asked random_get(4 bytes), recorded random_get(8 bytes)",
+		"c.rec.jsonl is unusable",
+		`d.rec.jsonl is a recording of tool "acme.gone", which is not in the pack`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+	if code != exitError {
+		t.Fatalf("exit %d", code)
+	}
+}
