@@ -47,7 +47,7 @@ func withNetwork(kind string, hosts ...string) func(m map[string]any) {
 	}
 }
 
-func serverPort(t *testing.T, srv *httptest.Server) string {
+func serverPort(t testing.TB, srv *httptest.Server) string {
 	t.Helper()
 	_, port, err := net.SplitHostPort(strings.TrimPrefix(srv.URL, "http://"))
 	if err != nil {
