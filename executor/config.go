@@ -30,6 +30,7 @@ type Config struct {
 	maxCPUMs       int64
 	defaultTimeout time.Duration
 	fuelBudget     int64
+	recordable     bool // WithRecordable
 	allowUnmetered bool
 
 	// Loading (WithResolver, WithDevMode, WithRefusedPostures).
@@ -247,6 +248,17 @@ func (c *Config) poolLimits() (budget int64, idle time.Duration) {
 		idle = DefaultPoolIdle
 	}
 	return budget, idle
+}
+
+// WithRecordable makes every reactor instance keep the host answers its
+// initialisation drew (or, loaded from an image or reset to one, the
+// image's), so that a recorded call (Request.Record) of a context-isolated
+// or strict tool runs on a pooled, recycled or image-loaded instance like
+// any call, instead of on a fresh one made for it (docs/replay.md). Off
+// (the default) costs nothing. Ignored by deterministic executors.
+func (c Config) WithRecordable(on bool) Config {
+	c.recordable = on
+	return c
 }
 
 // WithRecycling turns instance recycling for context-isolated tools on (the

@@ -161,4 +161,15 @@
 // else a guest reads (input, context, config, env) comes from the call,
 // which replay rebuilds from the recording's header. Without a tape each
 // hook is a nil check.
+//
+// A recordable executor (Config.WithRecordable) lets a recorded call of a
+// context-isolated or strict tool run on a pooled, recycled or
+// image-loaded instance instead: every instance's clocks and random source
+// go through a switchTape, which recorded what its initialisation drew
+// (instance.init; a state made from it — its snapshot, the tool's image —
+// keeps those answers, and an instance reset to or loaded from a state
+// takes the state's), and which a recorded call points at its Recorder
+// for the call's duration. The recording starts with the instance's
+// initialisation answers, so replay on a fresh instance rebuilds the same
+// state.
 package executor

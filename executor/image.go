@@ -108,7 +108,7 @@ func (t *reactorHandler) keepState(in *instance, watch *hostWatch) {
 	clean := watch != nil && !watch.changed.Load() // _initialize changed no host state
 	s.dirty.Set(0)
 	if share && clean {
-		if img := t.makeImage(in.mod, s); img != nil {
+		if img := t.makeImage(in.mod, s, in); img != nil {
 			in.from = img
 			if recycle {
 				s.st = img
@@ -119,6 +119,7 @@ func (t *reactorHandler) keepState(in *instance, watch *hostWatch) {
 	}
 	if recycle {
 		if s.st = capture(in.mod, s, false); s.st != nil {
+			s.st.init, s.st.initKnown = in.init, in.initKnown
 			s.own = true
 			in.snap, in.grew = s, &t.grew
 		}
@@ -127,7 +128,7 @@ func (t *reactorHandler) keepState(in *instance, watch *hostWatch) {
 
 // makeImage makes mod's state the tool's image, unless the tool has one:
 // it returns the tool's image (nil when none can be made).
-func (t *reactorHandler) makeImage(mod api.Module, s *snapshot) *state {
+func (t *reactorHandler) makeImage(mod api.Module, s *snapshot, in *instance) *state {
 	t.imageMu.Lock()
 	defer t.imageMu.Unlock()
 	if img := t.image.Load(); img != nil {
@@ -138,6 +139,7 @@ func (t *reactorHandler) makeImage(mod api.Module, s *snapshot) *state {
 	}
 	img := capture(mod, s, true)
 	if img != nil {
+		img.init, img.initKnown = in.init, in.initKnown
 		t.image.Store(img)
 	}
 	return img

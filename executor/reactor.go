@@ -93,6 +93,11 @@ type instance struct {
 	stdout, stderr *switchWriter
 	vars           *varStore     // an Extism plug-in's vars
 	grew           *atomic.Int32 // its handler's count of instances a reset found grown (instance.reset)
+	// Config.WithRecordable: the answers that made its current state and
+	// the switch its clocks and random source go through (record.go).
+	init      []*RecordedCall
+	initKnown bool
+	sw        *switchTape
 }
 
 // newInstance instantiates the reactor and runs _initialize under the tool's
@@ -127,6 +132,13 @@ func (t *reactorHandler) newCallInstance(ctx context.Context, env map[string]str
 // instantiate makes one instance: from img, or in full when img is nil.
 func (t *reactorHandler) instantiate(ctx context.Context, env map[string]string, img *state, tp tape, stdout, stderr *lineForwarder) (*instance, error) {
 	in := &instance{acct: limits.NewAccount(t.memLimit), sleep: &sleeper{tape: tp}, stdout: newSwitchWriter(stdout), stderr: newSwitchWriter(stderr)}
+	var initRec *Recorder // Config.WithRecordable: what the initialisation draws
+	if tp == nil && t.recordable() {
+		initRec = NewRecorder(RecordOptions{})
+		in.sw = &switchTape{sl: in.sleep}
+		in.sw.cur.Store(initRec)
+		in.sleep.tape = in.sw
+	}
 	in.tables = newTableAccount(in.acct)
 	mc := t.moduleConfig(env, in.sleep).WithStdout(in.stdout).WithStderr(in.stderr)
 	var watch *hostWatch // may this instance be reset to the image?
@@ -185,6 +197,14 @@ func (t *reactorHandler) instantiate(ctx context.Context, env map[string]string,
 		return nil, t.classify(ctx, nil, err, cause, in.acct, cpu, stderr.Tail(), initName(t.shape.init))
 	}
 	in.mod, in.handle = mod, mod.ExportedFunction(t.shape.entry)
+	if in.sw != nil {
+		in.sw.cur.Store(nil) // from now on the real clocks and entropy, but during recorded calls
+		if img != nil {
+			in.init, in.initKnown = img.init, img.initKnown
+		} else {
+			in.init, in.initKnown = initRec.calls, true
+		}
+	}
 	if img == nil && len(env) == 0 && tp == nil {
 		t.keepState(in, watch) // what a reset writes back; the tool's image
 	}
@@ -197,14 +217,19 @@ func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[strin
 	key := t.warmKey(env, inv) // posture none reuses an instance only for the same needs
 	inv.stageStart(StageAcquire)
 	var in *instance
-	if inv.tape == nil { // a recorded or replayed call gets an instance of its own
+	pooledRec := t.pooledRecording(inv) // record.go
+	if inv.tape == nil || pooledRec {   // else a recorded or replayed call gets an instance of its own
 		in = t.takeInstance(key)
+		if in != nil && pooledRec && !in.initKnown {
+			t.retire(in)
+			in = nil
+		}
 	}
 	var acquired Acquisition
 	switch {
 	case in == nil:
 		var err error
-		if in, acquired, err = t.newCallInstance(ctx, env, inv.tape, stdout, stderr); err != nil {
+		if in, acquired, err = t.newCallInstance(ctx, env, freshTape(inv, pooledRec), stdout, stderr); err != nil {
 			inv.stageEnd(StageAcquire, string(AcquiredInstantiated), err)
 			return &runOutcome{err: err, acquired: AcquiredInstantiated}
 		}
@@ -228,6 +253,11 @@ func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[strin
 	in.stderr.Switch(stderr)
 	in.resetAccount() // its tables stay charged
 	inv.acct = in.acct
+	if pooledRec && in.sw != nil {
+		inv.tape.(*Recorder).prependInit(in.init) // the answers that made the state it is in
+		in.sw.cur.Store(inv.tape.(*Recorder))
+		defer in.sw.cur.Store(nil)
+	}
 	if !in.acct.Reserve(int64(len(inv.input))) {
 		t.retire(in)
 		return &runOutcome{err: t.memExceeded(in.acct.Refused(), fmt.Sprintf("the input (%s) does not fit in memMB %d beside the guest's memory", mb(int64(len(inv.input))), t.limits.memMB))}
@@ -282,7 +312,7 @@ func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[strin
 		out.output, out.err = output, resultErr
 	}
 	inv.stageEnd(StageGuest, "", out.err)
-	reusable = reusable && !in.mod.IsClosed() && inv.tape == nil
+	reusable = reusable && !in.mod.IsClosed() && (inv.tape == nil || pooledRec && in.sw != nil)
 	in.reusable = reusable
 	if t.recycleInline(in) {
 		return out

@@ -15,11 +15,13 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero"
 
 	"github.com/sandboxd/sandboxd/egress"
+	"github.com/sandboxd/sandboxd/manifest"
 	"github.com/sandboxd/sandboxd/toolerr"
 )
 
@@ -166,6 +168,10 @@ type Recorder struct {
 	truncated *RecordTruncated
 	trailer   *RecordTrailer
 	secrets   []secretPattern
+	// Kept by begin and end, encoded by finalize (WriteTo).
+	started                 time.Time
+	input, settings, output []byte
+	final                   bool
 }
 
 type secretPattern struct{ value, placeholder string }
@@ -248,9 +254,10 @@ func (r *Recorder) begin(t *Tool, req *Request) {
 		ToolID: t.ID(), ToolVersion: t.m.Version, Style: string(t.Style()), Posture: string(t.posture),
 		ModuleDigest: t.digest, ManifestDigest: t.manifestDigest,
 		Manifest: r.opts.Manifest, Module: r.opts.Module,
-		Context:    cc,
-		RecordedAt: time.Now().UTC().Format(time.RFC3339), MaxBytes: r.opts.MaxBytes,
+		Context:  cc,
+		MaxBytes: r.opts.MaxBytes,
 	}
+	r.started = time.Now()
 	if r.opts.ManifestDigest != "" {
 		r.header.ManifestDigest = r.opts.ManifestDigest
 	}
@@ -266,12 +273,58 @@ func (r *Recorder) begin(t *Tool, req *Request) {
 		}
 	}
 	sort.Strings(r.header.Secrets)
-	r.header.Input = r.rawJSON(req.Input)
-	if r.header.Input == nil && len(req.Input) > 0 {
-		r.header.InputBase64 = r.redact(req.Input)
+	// Encoded (compact or base64, redacted) when written: a recording
+	// serve discards costs no pass over the input.
+	r.input, r.header.Context.Settings = req.Input, nil
+	r.settings = cc.Settings
+}
+
+// finalize encodes what begin and end kept for WriteTo; the caller holds
+// r.mu.
+func (r *Recorder) finalize() {
+	if r.final {
+		return
 	}
-	if len(cc.Settings) > 0 {
-		r.header.Context.Settings = r.rawJSON(cc.Settings)
+	r.final = true
+	r.header.RecordedAt = r.started.UTC().Format(time.RFC3339)
+	r.header.Input = r.rawJSON(r.input)
+	if r.header.Input == nil && len(r.input) > 0 {
+		r.header.InputBase64 = r.redact(append([]byte(nil), r.input...))
+	}
+	if len(r.settings) > 0 {
+		r.header.Context.Settings = r.rawJSON(r.settings)
+	}
+	tr := r.trailer
+	if r.output != nil {
+		out := r.redact(append([]byte(nil), r.output...))
+		sum := sha256.Sum256(out)
+		tr.OutputSha256 = hex.EncodeToString(sum[:])
+		tr.OutputBytes = len(out)
+		switch j := compactJSON(out); {
+		case r.truncated != nil || r.size+int64(len(out)) > r.opts.MaxBytes:
+			// Past the cap the output is its hash alone (it is in the
+			// call's memory already; the file need not hold it).
+		case j != nil:
+			tr.Output = j
+		default:
+			tr.OutputBase64 = out
+		}
+	}
+	if len(r.secrets) == 0 {
+		return
+	}
+	// A body a secret was redacted from gets the redacted body's reads.
+	for _, c := range r.calls {
+		if c.Response == nil || len(c.Response.Body) == 0 {
+			continue
+		}
+		if red := r.redact(c.Response.Body); len(red) != len(c.Response.Body) || string(red) != string(c.Response.Body) {
+			c.Response.Body, c.Response.Redacted = red, true
+			c.Response.Reads = nil
+			for off := 0; off < len(red); off += maxBodyReadChunk {
+				c.Response.Reads = append(c.Response.Reads, min(maxBodyReadChunk, len(red)-off))
+			}
+		}
 	}
 }
 
@@ -495,32 +548,7 @@ func (r *Recorder) end(res *Result, err error) {
 		tr.Outcome = string(te.Code)
 		tr.Error = &RecordedFault{Code: string(te.Code), Message: r.redactString(te.Message)}
 	} else if res != nil {
-		out := r.redact(append([]byte(nil), res.Output...))
-		sum := sha256.Sum256(out)
-		tr.OutputSha256 = hex.EncodeToString(sum[:])
-		tr.OutputBytes = len(out)
-		switch j := compactJSON(out); {
-		case r.truncated != nil || r.size+int64(len(out)) > r.opts.MaxBytes:
-			// Past the cap the output is its hash alone (it is in the
-			// call's memory already; the file need not hold it).
-		case j != nil:
-			tr.Output = j
-		default:
-			tr.OutputBase64 = out
-		}
-	}
-	// A body a secret was redacted from gets the redacted body's reads.
-	for _, c := range r.calls {
-		if c.Response == nil || len(c.Response.Body) == 0 {
-			continue
-		}
-		if red := r.redact(c.Response.Body); len(red) != len(c.Response.Body) || string(red) != string(c.Response.Body) {
-			c.Response.Body, c.Response.Redacted = red, true
-			c.Response.Reads = nil
-			for off := 0; off < len(red); off += maxBodyReadChunk {
-				c.Response.Reads = append(c.Response.Reads, min(maxBodyReadChunk, len(red)-off))
-			}
-		}
+		r.output = res.Output // encoded by finalize
 	}
 	r.trailer = tr
 }
@@ -533,6 +561,7 @@ func (r *Recorder) WriteTo(w io.Writer) (int64, error) {
 	if r.trailer == nil {
 		return 0, errors.New("executor: the recorded call has not ended (WriteTo before Invoke returned)")
 	}
+	r.finalize()
 	bw := bufio.NewWriter(w)
 	cw := &countWriter{w: bw}
 	enc := json.NewEncoder(cw)
@@ -601,3 +630,85 @@ func (inv *invocation) handlesFor(ctx context.Context) *egressState {
 	}
 	return inv.egress
 }
+
+// recordable reports whether the tool's instances keep their
+// initialisation's answers (Config.WithRecordable; not for deterministic
+// executors, whose clocks and random stream are their own).
+func (t *toolEnv) recordable() bool { return t.cfg.recordable && !t.cfg.deterministic }
+
+// pooledRecording reports whether inv is a recorded call that may run on
+// a pooled, recycled or image-loaded instance: the tool's instances keep
+// their initialisation's answers, and the posture is not none (a warm
+// instance's state comes from earlier calls, which no recording holds).
+func (t *reactorHandler) pooledRecording(inv *invocation) bool {
+	if inv.tape == nil || !t.recordable() || t.posture == manifest.PostureNone {
+		return false
+	}
+	_, ok := inv.tape.(*Recorder)
+	return ok
+}
+
+// freshTape is the tape an instance made inside a call is built with: the
+// call's, unless the call records on a recordable instance (pooled), which
+// makes its own switch.
+func freshTape(inv *invocation, pooled bool) tape {
+	if pooled {
+		return nil
+	}
+	return inv.tape
+}
+
+// prependInit starts the recording with the answers that made the
+// instance's state (they are host calls #1…k; shared, never modified).
+func (r *Recorder) prependInit(calls []*RecordedCall) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n != 0 || len(calls) == 0 {
+		return
+	}
+	n := int64(0)
+	for _, c := range calls {
+		n += int64(len(c.Bytes)) + recordLineOverhead
+	}
+	r.n = len(calls)
+	if !r.charge(n) {
+		return
+	}
+	r.calls = append(r.calls, calls...)
+}
+
+// switchTape is a recordable instance's clocks and random source: the
+// real ones, or during its initialisation and a recorded call the
+// Recorder in cur.
+type switchTape struct {
+	sl  *sleeper
+	cur atomic.Pointer[Recorder]
+}
+
+func (s *switchTape) start(*invocation) {}
+
+func (s *switchTape) clock(which string) int64 {
+	if r := s.cur.Load(); r != nil {
+		return r.clock(which)
+	}
+	if which == "realtime" {
+		return time.Now().UnixNano()
+	}
+	return int64(time.Since(monoBase)) + 1
+}
+
+func (s *switchTape) random(p []byte) (int, error) {
+	if r := s.cur.Load(); r != nil {
+		return r.random(p)
+	}
+	return rand.Read(p)
+}
+
+func (s *switchTape) sleep(sl *sleeper, ns int64) { sl.sleep(ns) }
+
+func (s *switchTape) http(ctx context.Context, inv *invocation, req *egress.Request) (int, http.Header, io.ReadCloser, error) {
+	// Not reached: the HTTP import asks the call's tape, never an instance's.
+	return 0, nil, nil, &egress.Error{Reason: egress.ReasonInternal, Msg: "an instance's clock switch was asked for an HTTP request"}
+}
+
+func (s *switchTape) secret(string) ([]byte, bool) { return nil, false }

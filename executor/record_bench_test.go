@@ -14,8 +14,11 @@ import (
 
 // BenchmarkRecord measures what recording costs a call (docs/replay.md;
 // the bound is 10 %): a 1 KiB echo (WAT reactor, context-isolated,
-// pooled) and a Go guest's call with one loopback HTTP exchange, each off
-// and on (the recording written to io.Discard); and replaying them.
+// pooled) and a Go guest's call with one loopback HTTP exchange: off;
+// recorded on a fresh instance (an executor without WithRecordable);
+// recorded on pooled instances (WithRecordable), kept and written to
+// io.Discard, or discarded as serve --record-failures discards a
+// successful call's; unrecorded on a recordable executor; and replayed.
 func BenchmarkRecord(b *testing.B) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -34,31 +37,36 @@ func BenchmarkRecord(b *testing.B) {
 	} {
 		e := newExecutor(b, loopbackEgress, func(c executor.Config) executor.Config { return c.WithPoolSize(2) })
 		tool := load(b, e, tc.fixture, tc.edit)
+		re := newExecutor(b, loopbackEgress, func(c executor.Config) executor.Config { return c.WithPoolSize(2).WithRecordable(true) })
+		rtool := load(b, re, tc.fixture, tc.edit)
 		req := executor.Request{Input: tc.input, Context: executor.CallContext{TenantID: "t", RunID: "r"}}
-		if _, err := tool.Invoke(context.Background(), req); err != nil {
-			b.Fatal(err)
-		}
-		b.Run(tc.name+"/off", func(b *testing.B) {
-			b.ReportAllocs()
-			for i := 0; i < b.N; i++ {
-				if _, err := tool.Invoke(context.Background(), req); err != nil {
-					b.Fatal(err)
-				}
+		for _, tl := range []*executor.Tool{tool, rtool} {
+			if _, err := tl.Invoke(context.Background(), req); err != nil {
+				b.Fatal(err)
 			}
-		})
-		b.Run(tc.name+"/record", func(b *testing.B) {
+		}
+		call := func(b *testing.B, tl *executor.Tool, record, write bool) {
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
 				r := req
-				r.Record = executor.NewRecorder(executor.RecordOptions{})
-				if _, err := tool.Invoke(context.Background(), r); err != nil {
+				if record {
+					r.Record = executor.NewRecorder(executor.RecordOptions{})
+				}
+				if _, err := tl.Invoke(context.Background(), r); err != nil {
 					b.Fatal(err)
 				}
-				if _, err := r.Record.WriteTo(io.Discard); err != nil {
-					b.Fatal(err)
+				if write {
+					if _, err := r.Record.WriteTo(io.Discard); err != nil {
+						b.Fatal(err)
+					}
 				}
 			}
-		})
+		}
+		b.Run(tc.name+"/off", func(b *testing.B) { call(b, tool, false, false) })
+		b.Run(tc.name+"/record-fresh", func(b *testing.B) { call(b, tool, true, true) })
+		b.Run(tc.name+"/recordable-off", func(b *testing.B) { call(b, rtool, false, false) })
+		b.Run(tc.name+"/record-pooled", func(b *testing.B) { call(b, rtool, true, true) })
+		b.Run(tc.name+"/record-pooled-unwritten", func(b *testing.B) { call(b, rtool, true, false) })
 		rec := executor.NewRecorder(executor.RecordOptions{})
 		r := req
 		r.Record = rec

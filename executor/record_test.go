@@ -479,3 +479,43 @@ func TestRecordChargedToCall(t *testing.T) {
 		t.Fatalf("a %d-byte recording under a 1 MiB cap, truncated %v, trailer output %d bytes", len(b), rec.Truncated, len(rec.Trailer.Output))
 	}
 }
+
+// With Config.WithRecordable, a recorded call runs on a pooled, recycled
+// or image-loaded instance like any call: the recording starts with the
+// answers that made the instance's state (a Go runtime's start-up), and
+// replays identically, with the same fuel, on an executor that is not
+// recordable.
+func TestRecordOnPooledInstances(t *testing.T) {
+	fresh := load(t, newExecutor(t), "go_echo_reactor", nil)
+	for _, recycle := range []bool{true, false} {
+		t.Run(fmt.Sprintf("recycle=%v", recycle), func(t *testing.T) {
+			e := newExecutor(t, func(c executor.Config) executor.Config {
+				return c.WithRecordable(true).WithPoolSize(2).WithRecycling(recycle)
+			})
+			tool := load(t, e, "go_echo_reactor", nil)
+			if _, err := invoke(t, tool, `{"warm":1}`); err != nil {
+				t.Fatal(err)
+			}
+			acquired := map[executor.Acquisition]int{}
+			for i := 0; i < 6; i++ {
+				res, err, b := record(t, tool, executor.Request{Input: []byte(fmt.Sprintf(`{"i":%d}`, i))}, executor.RecordOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				acquired[res.Acquired]++
+				rec := parseRecording(t, b)
+				if countFn(rec, "random") == 0 {
+					t.Fatalf("call %d (%s): no initialisation answers in\n%s", i, res.Acquired, b)
+				}
+				rep := replay(t, fresh, b)
+				if !rep.Identical || rep.Result.Usage.Fuel != res.Usage.Fuel {
+					t.Fatalf("call %d (%s): replay %q", i, res.Acquired, rep.Divergence)
+				}
+			}
+			t.Logf("acquired %v, %+v", acquired, tool.Stats())
+			if acquired[executor.AcquiredInstantiated] == 6 {
+				t.Fatalf("every recorded call made an instance: %v", acquired)
+			}
+		})
+	}
+}

@@ -25,6 +25,10 @@ type state struct {
 	// calls it was learnt from.
 	ws     atomic.Pointer[limits.WorkingSet]
 	learnt atomic.Int32
+	// init is the host answers the instantiation that made this state drew
+	// (Config.WithRecordable; record.go), known says they were kept.
+	init      []*RecordedCall
+	initKnown bool
 }
 
 // snapshot is what an instance is reset to, and its handles to do it.
@@ -201,6 +205,7 @@ func (in *instance) reset() bool {
 	if !in.load(s.st, s.globals, false) {
 		return false
 	}
+	in.init, in.initKnown = s.st.init, s.st.initKnown // the answers that made the state it is now in
 	in.resetAccount()
 	in.recycled++
 	return true

@@ -126,7 +126,8 @@ type Request struct {
 
 	// Record, when set, records the call (docs/replay.md): it runs on a
 	// fresh instance and every host answer is kept; write the recording
-	// with Record.WriteTo once Invoke returned. nil costs nothing.
+	// with Record.WriteTo once Invoke returned (it holds Input until then:
+	// do not modify it). nil costs nothing.
 	Record *Recorder
 
 	validated json.RawMessage // set once the input validated

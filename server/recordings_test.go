@@ -20,7 +20,8 @@ import (
 func TestRecordFailures(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "recs")
 	src := server.StaticSource{Tools: standardTools(t)}
-	ts := start(t, src, server.Options{Record: server.Recordings{Dir: dir, Failures: true, MaxFiles: 3}})
+	// As serve --record-failures makes it: recorded calls run on pooled instances.
+	ts := startWith(t, newExecutor(t, executor.NewConfig().WithRecordable(true)), src, server.Options{Record: server.Recordings{Dir: dir, Failures: true, MaxFiles: 3}})
 
 	wantResult(t, ts.invoke(t, invokeBody("t.counter", `{}`)), `{"count":1}`)
 	if files, _ := filepath.Glob(filepath.Join(dir, "*.rec.jsonl")); len(files) != 0 {

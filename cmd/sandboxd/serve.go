@@ -82,7 +82,7 @@ func (f *serviceFlags) register(fs *flag.FlagSet) {
 	f.images = fs.Bool("instance-images", true, "load new context-isolated and strict instances from their tool's post-initialisation image (copy-on-write) instead of running each one's _initialize; false gives every instance the random bytes and clock readings of its own _initialize")
 	f.otlpEndpoint = fs.String("otlp-endpoint", "", "export an OpenTelemetry span per call (and its stages and egress requests) over OTLP/HTTP to this collector URL, e.g. http://collector:4318 (default: off, unless $OTEL_EXPORTER_OTLP_ENDPOINT or $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set)")
 	fs.Var(&f.noTraceparent, "otlp-no-traceparent", "with tracing on: guest HTTP requests to this destination ([scheme://]host[:port], the allowlist grammar) carry no traceparent header (repeatable)")
-	f.recordDir = fs.String("record-failures", "", "keep a recording (docs/replay.md) of every call that fails with handler-error, handler-trap, limits-exceeded or output-validation-failed in this directory (0700; files 0600; its call record names the file); every call then runs on a fresh instance")
+	f.recordDir = fs.String("record-failures", "", "keep a recording (docs/replay.md) of every call that fails with handler-error, handler-trap, limits-exceeded or output-validation-failed in this directory (0700; files 0600; its call record names the file); posture none calls then run on fresh instances")
 	f.recordSample = fs.Int("record-sample", 0, "with --record-failures: also keep the recording of one call in N, whatever its outcome (canaries)")
 	f.recordMaxFiles = fs.Int("record-max-files", server.DefaultRecordMaxFiles, "most recordings --record-failures keeps; past it the oldest is removed")
 	f.recordMaxMB = fs.Int64("record-max-mb", server.DefaultRecordMaxBytes>>20, "most MiB of recordings --record-failures keeps; past it the oldest are removed")
@@ -195,7 +195,8 @@ func (f *serviceFlags) boot(ctx context.Context, plog *slog.Logger, token string
 	if rec != nil {
 		cfg = cfg.WithCallObserver(rec.Observe)
 	}
-	cfg = cfg.WithRecycling(*f.recycle).WithInstanceImages(*f.images)
+	cfg = cfg.WithRecycling(*f.recycle).WithInstanceImages(*f.images).
+		WithRecordable(*f.recordDir != "") // recorded calls run on pooled instances (docs/replay.md)
 	if *f.poolSize >= 0 {
 		cfg = cfg.WithPoolSize(*f.poolSize)
 	}
