@@ -16,8 +16,8 @@ import (
 )
 
 // record runs one call of tool with a Recorder and returns the result, the
-// error and the recording's bytes.
-func record(t *testing.T, tool *executor.Tool, req executor.Request, opts executor.RecordOptions) (*executor.Result, error, []byte) {
+// recording's bytes and the error.
+func record(t *testing.T, tool *executor.Tool, req executor.Request, opts executor.RecordOptions) (*executor.Result, []byte, error) {
 	t.Helper()
 	rec := executor.NewRecorder(opts)
 	req.Record = rec
@@ -29,7 +29,7 @@ func record(t *testing.T, tool *executor.Tool, req executor.Request, opts execut
 	if _, werr := rec.WriteTo(&buf); werr != nil {
 		t.Fatalf("WriteTo: %v", werr)
 	}
-	return res, err, buf.Bytes()
+	return res, buf.Bytes(), err
 }
 
 func parseRecording(t *testing.T, b []byte) *executor.Recording {
@@ -66,7 +66,7 @@ func countFn(rec *executor.Recording, fn string) int {
 // that host call.
 func TestRecordReplayClockRandom(t *testing.T) {
 	tool := load(t, newExecutor(t), "replay_clock_random", nil)
-	res, err, b := record(t, tool, executor.Request{Input: []byte(`{}`)}, executor.RecordOptions{})
+	res, b, err := record(t, tool, executor.Request{Input: []byte(`{}`)}, executor.RecordOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestRecordReplayClockRandom(t *testing.T) {
 
 	// An input that is not compact JSON is kept byte for byte (the guest
 	// sees its length: 3 bytes, so it asks for 4 random bytes).
-	_, err, spaced := record(t, tool, executor.Request{Input: []byte("{}\n")}, executor.RecordOptions{})
+	_, spaced, err := record(t, tool, executor.Request{Input: []byte("{}\n")}, executor.RecordOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestRecordReplayClockRandom(t *testing.T) {
 
 	// Answers within the cap, the output past it: the trailer has its
 	// hash, and replay compares that.
-	_, err, hashed := record(t, tool, executor.Request{Input: []byte(`{}`)}, executor.RecordOptions{MaxBytes: 180})
+	_, hashed, err := record(t, tool, executor.Request{Input: []byte(`{}`)}, executor.RecordOptions{MaxBytes: 180})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestRecordReplayClockRandom(t *testing.T) {
 // another version. Replay refuses each with an *UnusableError.
 func TestRecordingUnusable(t *testing.T) {
 	tool := load(t, newExecutor(t), "replay_clock_random", nil)
-	_, err, b := record(t, tool, executor.Request{Input: []byte(`{}`)}, executor.RecordOptions{MaxBytes: 100})
+	_, b, err := record(t, tool, executor.Request{Input: []byte(`{}`)}, executor.RecordOptions{MaxBytes: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestRecordingUnusable(t *testing.T) {
 		t.Fatalf("replay of a truncated recording: %v", err)
 	}
 
-	_, _, good := record(t, tool, executor.Request{Input: []byte(`{}`)}, executor.RecordOptions{})
+	_, good, _ := record(t, tool, executor.Request{Input: []byte(`{}`)}, executor.RecordOptions{})
 	lines := bytes.SplitAfter(bytes.TrimSpace(good), []byte("\n"))
 	for name, bad := range map[string][]byte{
 		"no trailer":      bytes.Join(lines[:len(lines)-1], nil),
@@ -210,7 +210,7 @@ func TestRecordReplayHTTPGuest(t *testing.T) {
 	tool := load(t, newExecutor(t, loopbackEgress), "replay_reactor", edit)
 	input := fmt.Sprintf(`{"url":"http://api.test:%s/first","headers":{"X-Key":"{{secret:API_KEY}}"}}`, port)
 	req := executor.Request{Input: []byte(input), Context: executor.CallContext{TenantID: "t1", RunID: "r1", Secrets: map[string]string{"API_KEY": secret}}}
-	res, err, b := record(t, tool, req, executor.RecordOptions{})
+	res, b, err := record(t, tool, req, executor.RecordOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +282,7 @@ func TestRecordSecretGet(t *testing.T) {
 	}
 	tool := load(t, newExecutor(t), "http_fetch_reactor", edit)
 	req := executor.Request{Input: []byte(`{"secret":"TOKEN"}`), Context: executor.CallContext{TenantID: "t1", RunID: "r1", Secrets: map[string]string{"TOKEN": secret}}}
-	res, err, b := record(t, tool, req, executor.RecordOptions{})
+	res, b, err := record(t, tool, req, executor.RecordOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +308,7 @@ func TestRecordReplayCommand(t *testing.T) {
 	for _, name := range []string{"echo_command", "go_echo_command"} {
 		t.Run(name, func(t *testing.T) {
 			tool := load(t, newExecutor(t), name, nil)
-			res, err, b := record(t, tool, executor.Request{Input: []byte(`{"a":[1,2,3]}`)}, executor.RecordOptions{})
+			res, b, err := record(t, tool, executor.Request{Input: []byte(`{"a":[1,2,3]}`)}, executor.RecordOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -333,7 +333,7 @@ func TestRecordFreshInstance(t *testing.T) {
 			t.Fatalf("call %d: %s %v", i, res.Output, err)
 		}
 	}
-	res, err, b := record(t, tool, executor.Request{Input: []byte(`{}`)}, executor.RecordOptions{})
+	res, b, err := record(t, tool, executor.Request{Input: []byte(`{}`)}, executor.RecordOptions{})
 	if err != nil || string(res.Output) != `{"count":1}` {
 		t.Fatalf("recorded call: %s %v", res.Output, err)
 	}
@@ -367,7 +367,7 @@ func TestRecordReplayExtism(t *testing.T) {
 	offline := newExecutor(t)
 	allow := withNetwork("allowlist", "jsonplaceholder.typicode.com")
 	tool := mustLoadExtism(t, e, httpWasm, "run_test", "context-isolated", allow)
-	res, err, b := record(t, tool, executor.Request{Input: []byte(`""`)}, executor.RecordOptions{})
+	res, b, err := record(t, tool, executor.Request{Input: []byte(`""`)}, executor.RecordOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +383,7 @@ func TestRecordReplayExtism(t *testing.T) {
 
 	cfgWasm := extismPlugin(t, "config.wasm")
 	tool = mustLoadExtism(t, offline, cfgWasm, "run_test", "context-isolated", withConfig("thing"))
-	res, err, b = record(t, tool, executor.Request{Input: []byte(`""`), Context: rawConfig("thing", "hello")}, executor.RecordOptions{})
+	res, b, err = record(t, tool, executor.Request{Input: []byte(`""`), Context: rawConfig("thing", "hello")}, executor.RecordOptions{})
 	if err != nil || !strings.Contains(string(res.Output), "hello") {
 		t.Fatalf("config.wasm: %s %v", res.Output, err)
 	}
@@ -393,7 +393,7 @@ func TestRecordReplayExtism(t *testing.T) {
 
 	stdWasm := extismPlugin(t, "count_vowels_std.wasm")
 	tool = mustLoadExtism(t, offline, stdWasm, "", "context-isolated", nil)
-	res, err, b = record(t, tool, executor.Request{Input: []byte(`"hello world"`)}, executor.RecordOptions{})
+	res, b, err = record(t, tool, executor.Request{Input: []byte(`"hello world"`)}, executor.RecordOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -420,7 +420,7 @@ func TestRecordReplayDeclarativeHTTP(t *testing.T) {
 	}
 	tool := loadHTTPTool(t, newExecutor(t, loopbackEgress), spec, nil)
 	cc := executor.CallContext{TenantID: "t", RunID: "r", Secrets: map[string]string{"API_KEY": token}}
-	res, err, b := record(t, tool, executor.Request{Input: []byte(`{"id":"7"}`), Context: cc}, executor.RecordOptions{})
+	res, b, err := record(t, tool, executor.Request{Input: []byte(`{"id":"7"}`), Context: cc}, executor.RecordOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -460,7 +460,7 @@ func TestRecordChargedToCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recorded, err, _ := record(t, tool, executor.Request{Input: []byte(input)}, executor.RecordOptions{})
+	recorded, _, err := record(t, tool, executor.Request{Input: []byte(input)}, executor.RecordOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -470,7 +470,7 @@ func TestRecordChargedToCall(t *testing.T) {
 	}
 	// Under a cap smaller than the body the recording is truncated, and
 	// the call still succeeds.
-	res, err, b := record(t, tool, executor.Request{Input: []byte(input)}, executor.RecordOptions{MaxBytes: 1 << 20})
+	res, b, err := record(t, tool, executor.Request{Input: []byte(input)}, executor.RecordOptions{MaxBytes: 1 << 20})
 	if err != nil || !bytes.Equal(res.Output, plain.Output) {
 		t.Fatalf("truncated recording's call: %v", err)
 	}
@@ -498,7 +498,7 @@ func TestRecordOnPooledInstances(t *testing.T) {
 			}
 			acquired := map[executor.Acquisition]int{}
 			for i := 0; i < 6; i++ {
-				res, err, b := record(t, tool, executor.Request{Input: []byte(fmt.Sprintf(`{"i":%d}`, i))}, executor.RecordOptions{})
+				res, b, err := record(t, tool, executor.Request{Input: []byte(fmt.Sprintf(`{"i":%d}`, i))}, executor.RecordOptions{})
 				if err != nil {
 					t.Fatal(err)
 				}
