@@ -5,7 +5,9 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,7 +38,21 @@ func TestFuelMetering(t *testing.T) {
 }
 
 // Fuel is reported in usage, is the same on every run, and a fuel budget
-// stops a guest with limits-exceeded "fuel" — deterministically.
+// stops a guest with limits-exceeded "fuel" — deterministically: the trap
+// comes at the first check (loop header, function entry, host call) at
+// which the guest has been charged more than its budget, and Observed (and
+// usage.fuel) is what it had been charged there, whatever the timing of
+// refills, garbage collections or the race detector. A budget of 1,000,000
+// is spent within the first Slice (no refill before the trap), one of
+// 5,000,000 after four refills; a goroutine forces garbage collections
+// throughout.
+//
+// spin_command is a Go guest, whose runtime reads the clocks and the random
+// source before main and does different work at different times (its
+// scheduler and memory allocator), so its count is the same on every run
+// only under deterministic clocks and randomness: WithDeterministic, the
+// "--deterministic --fuel-budget" contract of docs/conformance.md. The WAT
+// loop reads neither and runs under the real ones.
 func TestFuelBudgetDeterministic(t *testing.T) {
 	e := newExecutor(t)
 	for _, fx := range []string{"echo_reactor", "echo_command", "counter"} {
@@ -57,21 +73,49 @@ func TestFuelBudgetDeterministic(t *testing.T) {
 			}
 		}
 	}
-	limited := newExecutor(t, func(c executor.Config) executor.Config { return c.WithFuelBudget(1_000_000) })
-	for _, fx := range []string{"loop", "spin_command"} {
-		tool := load(t, limited, fx, withLimits(64, 60_000))
-		var observed []int64
-		for i := 0; i < 2; i++ {
-			_, err := invoke(t, tool, `{}`)
-			wantCode(t, err, toolerr.LimitsExceeded)
-			var le *toolerr.LimitsError
-			if !errors.As(err, &le) || le.Limit != toolerr.LimitFuel || le.Declared != 1_000_000 || le.Observed < 1_000_000 {
-				t.Fatalf("%s: %+v (%v)", fx, le, err)
+	stop := make(chan struct{})
+	var gc sync.WaitGroup
+	gc.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+				runtime.GC()
 			}
-			observed = append(observed, le.Observed)
 		}
-		if observed[0] != observed[1] {
-			t.Fatalf("%s: fuel observed %v differs between runs", fx, observed)
+	})
+	defer gc.Wait()
+	defer close(stop)
+	for _, c := range []struct {
+		fx            string
+		deterministic bool
+	}{{"loop", false}, {"spin_command", true}} {
+		for _, budget := range []int64{1_000_000, 5_000_000} {
+			limited := newExecutor(t, func(cfg executor.Config) executor.Config {
+				if c.deterministic {
+					cfg = cfg.WithDeterministic(1)
+				}
+				return cfg.WithFuelBudget(budget)
+			})
+			tool := load(t, limited, c.fx, withLimits(64, 60_000))
+			var observed []int64
+			for i := 0; i < 2; i++ {
+				res, err := invoke(t, tool, `{}`)
+				wantCode(t, err, toolerr.LimitsExceeded)
+				var le *toolerr.LimitsError
+				if !errors.As(err, &le) || le.Limit != toolerr.LimitFuel || le.Declared != budget || le.Observed <= budget {
+					t.Fatalf("%s, budget %d: %+v (%v)", c.fx, budget, le, err)
+				}
+				if res == nil || res.Usage.Fuel != le.Observed {
+					t.Fatalf("%s, budget %d: usage %+v, observed %d", c.fx, budget, res, le.Observed)
+				}
+				observed = append(observed, le.Observed)
+			}
+			if observed[0] != observed[1] {
+				t.Fatalf("%s, budget %d: fuel observed %v differs between runs", c.fx, budget, observed)
+			}
+			t.Logf("%s, budget %d: observed %d", c.fx, budget, observed[0])
 		}
 	}
 }
