@@ -13,7 +13,7 @@ import (
 // some input changes, or could (version 8: the pass reads with
 // wasmbin.ScanExpr); a cache of instrumented modules keys on it together
 // with the input's digest.
-const Version = 8
+const Version = 9
 
 // Reserved export names the pass adds. A module that exports any name
 // beginning with ReservedPrefix is refused, whether or not it is resettable:

@@ -38,18 +38,28 @@ type checker struct {
 // globals and local the index would be valid and name the fuel counter, the
 // floor or the dirty flag, letting the guest refill its own fuel.
 func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bounds) ([]byte, int, error) {
-	// Pass 1: the cost of each level (level 0 is the function, then one per
-	// loop in order of appearance) and the edits: checks after loop headers
-	// and function indices to rewrite, in order.
+	// Pass 1: the cost of each segment and the edits: checks after loop
+	// headers, charges after the ends of blocks and ifs, and function
+	// indices to rewrite, in order. A level is the function's body or a
+	// loop's (level 0 is the function, then one per loop in order of
+	// appearance); its code is cut into segments where control can arrive
+	// other than from the instruction before: its header, and the end of
+	// every block, if and try_table in it (a branch's or a catch's target,
+	// or an if's false path). The level's check pays its first segment
+	// (costs[level]); every other segment is paid by a charge at its start
+	// (see Charge per segment).
 	type edit struct {
 		start, end int
 		kind       editKind
-		level      int    // editCheck, editLoopOpen, editLoopClose: the loop's level
+		level      int    // editCheck, editLoopOpen, editLoopClose: the loop's level; editCharge: the segment
 		helper     uint32 // editHelper: the helper's function index
 		branch     []byte // editBranch: the instruction with its depths shifted
 		versioned  bool   // editCheck: the loop is versioned
 	}
 	costs := []int64{0}
+	// segOf[level] is the segment of level the scan is in (indexed like
+	// costs; -1 at the indices of segments that are not a level's first).
+	segOf := []int{0}
 	var edits []edit
 	tryTable := false
 	// The open frames: the level each belongs to and, for a loop the pass
@@ -57,6 +67,7 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 	type frame struct {
 		level     int
 		versioned bool
+		loop      bool
 	}
 	stack := []frame{{}}
 	r := wasmbin.NewReader(expr, 0)
@@ -71,7 +82,7 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 		op := expr[start]
 		switch k {
 		case wasmbin.OpOther:
-			costs[cur] += opWeight(expr[start:end])
+			costs[segOf[cur]] += opWeight(expr[start:end])
 			switch op {
 			case 0x20, 0x21, 0x22, 0x23, 0x24: // local.get/set/tee, global.get/set
 				ir := wasmbin.NewReader(expr[:end], start+1)
@@ -116,7 +127,7 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 					edit{start: end, end: end, kind: editReload})
 			}
 		case wasmbin.OpFunc:
-			costs[cur]++
+			costs[segOf[cur]]++
 			if op != 0xd2 { // call, return_call
 				sync(start)
 			}
@@ -125,7 +136,7 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 				edits = append(edits, edit{start: end, end: end, kind: editReload})
 			}
 		case wasmbin.OpIf:
-			costs[cur]++
+			costs[segOf[cur]]++
 			stack = append(stack, frame{level: cur})
 		case wasmbin.OpBlock:
 			stack = append(stack, frame{level: cur})
@@ -135,20 +146,31 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 		case wasmbin.OpLoop:
 			level := len(costs)
 			v := chk != nil && versionable(expr[start+1:end])
-			stack = append(stack, frame{level: level, versioned: v})
+			stack = append(stack, frame{level: level, versioned: v, loop: true})
 			if v {
 				edits = append(edits, edit{start: start, end: start, kind: editLoopOpen, level: level})
 			}
 			edits = append(edits, edit{start: end, end: end, kind: editCheck, level: level, versioned: v})
 			costs = append(costs, 0)
+			segOf = append(segOf, level)
 		case wasmbin.OpEnd:
 			if len(stack) == 1 { // the function's own end: it returns
 				sync(start)
 			}
-			if f := stack[len(stack)-1]; f.versioned {
+			f := stack[len(stack)-1]
+			if f.versioned {
 				edits = append(edits, edit{start: end, end: end, kind: editLoopClose, level: f.level})
 			}
 			stack = stack[:len(stack)-1]
+			if len(stack) > 0 && op == 0x0b && !f.loop {
+				// The end of a block, if or try_table: a new segment of
+				// the enclosing level starts after it.
+				s := len(costs)
+				costs = append(costs, 0)
+				segOf = append(segOf, -1)
+				segOf[f.level] = s
+				edits = append(edits, edit{start: end, end: end, kind: editCharge, level: s})
+			}
 		}
 	})
 	if err == nil {
@@ -194,6 +216,10 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 				out = chk.appendLoopCheck(out, costs[e.level])
 			} else {
 				out = chk.append(out, costs[e.level])
+			}
+		case editCharge:
+			if chk != nil && costs[e.level] > 0 {
+				out = chk.appendCharge(out, costs[e.level])
 			}
 		case editLoopOpen:
 			if version {
@@ -249,7 +275,24 @@ const (
 	editBranch                    // shift the label depths of a branch out of versioned loops
 	editLoopOpen                  // open the frames around a versioned loop
 	editLoopClose                 // close them, with the refill path between
+	editCharge                    // pay a segment after the end of a block or if
 )
+
+// appendCharge appends the charge of a segment that does not start at a
+// level's header: the count drops by cost, with no comparison (the next
+// check, at a loop header or a function entry, sees the deficit).
+func (c *checker) appendCharge(b []byte, cost int64) []byte {
+	if c.local >= 0 {
+		b = wasmbin.AppendULEB(append(b, 0x20), uint64(c.local)) // local.get $d
+		b = wasmbin.AppendSLEB(append(b, 0x42), cost)            // i64.const
+		b = append(b, 0x7d, 0x21)                                // i64.sub, local.set
+		return wasmbin.AppendULEB(b, uint64(c.local))
+	}
+	b = wasmbin.AppendULEB(append(b, 0x23), uint64(c.fuel)) // global.get $fuel
+	b = wasmbin.AppendSLEB(append(b, 0x42), cost)           // i64.const
+	b = append(b, 0x7d, 0x24)                               // i64.sub, global.set
+	return wasmbin.AppendULEB(b, uint64(c.fuel))
+}
 
 // versionable reports whether a loop with block type bt (the loop
 // instruction's immediate) can be versioned: bt is empty or one value type,
