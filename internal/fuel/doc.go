@@ -125,6 +125,30 @@
 // keeps its count in the global (one with a try_table, whose catch clauses
 // name labels too).
 //
+// # Charge per segment
+//
+// Since pass version 9. A level's code is cut into segments at the points
+// control can reach other than from the instruction before: the level's
+// header, and the end of every block, if and try_table in it (the target
+// of a branch or a catch, and an if's false path). The header's check pays
+// the first segment; every other segment with a cost is paid where it
+// starts, after that end, by a charge without a comparison:
+//
+//	local.get $d; i64.const S; i64.sub; local.set $d
+//
+// (global.get $fuel; i64.const S; i64.sub; global.set $fuel in a function
+// that keeps its count in the global). The count can so drop below zero
+// between two checks, by at most the segments of one function body; the
+// next check (a loop header or a function entry: every backward jump and
+// every call passes one) sees the deficit, and the sync before a call or a
+// return carries it to the global. An if's two arms are in the segment of
+// the if, so both are paid. Before version 9 the check paid the whole
+// level: a Go function is one dispatch loop whose every jump goes back to
+// its header through a br_table, so each basic block executed paid for
+// every block of the function (a Go map iteration paid about 29,000 units
+// per element, now about 650), and refill, a few microseconds per call,
+// ran that much more often (BenchmarkGoLoopShapes).
+//
 // # Decoding exactly as wazero does
 //
 // The instruction stream wazero executes must be the one the pass metered
@@ -157,15 +181,15 @@
 // resettable it exports every mutable global and a dirty flag that calls of
 // state-changing WASI imports set.
 //
-// C is the static cost of the code that belongs to that function or loop
-// level: the weights of the instructions in its body, not counting block,
-// loop, else, end and nop, and not counting the bodies of loops nested in it
-// (they pay at their own header). An instruction weighs 1, except integer
+// C is the static cost of the first segment of that function or loop level
+// (see Charge per segment): the weights of its instructions, not counting
+// block, loop, else, end and nop, and not counting the bodies of loops
+// nested in it (they pay at their own header). An instruction weighs 1, except integer
 // division and remainder (3), float division and square root (2),
 // call_indirect (4) and SIMD division and square root (4), so that a Slice
 // is about a millisecond of work whatever the mix (TestSliceTime). C is at
-// least 1. Each level's instructions run at most once per pass through its
-// check, so the fuel charged is never less than the instructions executed,
+// least 1. Each segment's instructions run at most once per pass through
+// its check or charge, so the fuel charged is never less than the instructions executed,
 // and it is the same on every machine. Every backward jump goes through a
 // loop header and every call through a function entry, so the work between
 // two checks is bounded by the size of one function body: the bulk

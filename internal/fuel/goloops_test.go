@@ -18,7 +18,7 @@ import (
 
 // TestGoLoopShapes runs every shape of the corpus plain and metered: both
 // compute the same checksum, the metered one spends at least one unit per
-// iteration, and a budget far below that stops every shape with a fuel
+// iteration and at most 1000, and a budget far below that stops every shape with a fuel
 // trap.
 func TestGoLoopShapes(t *testing.T) {
 	bin := fueltest.Wasm(t)
@@ -40,6 +40,12 @@ func TestGoLoopShapes(t *testing.T) {
 			}
 			if spent < n {
 				t.Errorf("spent %d fuel for %d iterations", spent, n)
+			}
+			// Charged per segment, no shape costs more than a few
+			// hundred units per iteration (charged per level, as before
+			// pass version 9, a map iteration cost 29,000 per element).
+			if spent > 1000*n {
+				t.Errorf("spent %d fuel for %d iterations (%.0f each)", spent, n, float64(spent)/float64(n))
 			}
 			_, _, _, err = metered.Call(s, n, spent/10)
 			if err == nil || !metered.Meter.Exhausted() {

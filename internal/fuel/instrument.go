@@ -11,7 +11,7 @@ import (
 
 // Version identifies the pass. It changes whenever Instrument's output for
 // some input changes, or could (version 8: the pass reads with
-// wasmbin.ScanExpr); a cache of instrumented modules keys on it together
+// wasmbin.ScanExpr; version 9: charge per segment); a cache of instrumented modules keys on it together
 // with the input's digest.
 const Version = 9
 
