@@ -137,17 +137,39 @@
 //	local.get $d; i64.const S; i64.sub; local.set $d
 //
 // (global.get $fuel; i64.const S; i64.sub; global.set $fuel in a function
-// that keeps its count in the global). The count can so drop below zero
-// between two checks, by at most the segments of one function body; the
-// next check (a loop header or a function entry: every backward jump and
-// every call passes one) sees the deficit, and the sync before a call or a
-// return carries it to the global. An if's two arms are in the segment of
-// the if, so both are paid. Before version 9 the check paid the whole
-// level: a Go function is one dispatch loop whose every jump goes back to
-// its header through a br_table, so each basic block executed paid for
-// every block of the function (a Go map iteration paid about 29,000 units
-// per element, now about 650), and refill, a few microseconds per call,
-// ran that much more often (BenchmarkGoLoopShapes).
+// that keeps its count in the global). An if's two arms are in the segment
+// of the if, so both are paid. The count can so drop below zero between two
+// checks, by the segments run since the last one (a function returning to
+// its caller carries its deficit there, through the sync before the return);
+// the next check (a loop header or a function entry: every backward jump
+// and every call passes one; a host function's Charge is one too) sees it.
+// For the host that means:
+//
+//   - The budget trap comes at the first check at which the guest has been
+//     charged more than its budget, and the counter then holds exactly what
+//     it was charged: charges sit at fixed points of the code, refill only
+//     moves the floor (to at most a Slice below the counter, never below
+//     0), at the checks that find the count below it, so every check before
+//     that one found the counter at least 0, and no clock, interrupt
+//     timing or garbage collection enters the count. Given the same work
+//     (a guest that reads no clock, or runs under deterministic clocks and
+//     randomness), the fuel reported at the trap is the same on every run.
+//   - A trap of the guest's own, or in a host function, can come after a
+//     sync that left the counter below the floor (or below 0): it is not the
+//     pass's. So the host says why it stopped a call in the floor (Spent or
+//     Interrupted), and Meter.Exhausted and Meter.OutOfFuel read that, not
+//     the counter (TestChargeDeficit).
+//   - A call can return normally having been charged more than its budget
+//     (Remaining below 0) with no check left on its way out: the end of the
+//     call is the host's last check (the executor fails such a call as out
+//     of fuel).
+//
+// Before version 9 the check paid the whole level: a Go function is one
+// dispatch loop whose every jump goes back to its header through a
+// br_table, so each basic block executed paid for every block of the
+// function (a Go map iteration paid about 29,000 units per element, now
+// about 650), and refill, a few microseconds per call, ran that much more
+// often (BenchmarkGoLoopShapes).
 //
 // # Decoding exactly as wazero does
 //
@@ -272,13 +294,15 @@
 // # Host side
 //
 // HostModule provides $refill. The host sets a budget with Meter.Set, which
-// puts the floor a Slice below the counter. When the counter drops below the
-// floor the guest calls $refill, which lowers the floor by another Slice,
-// or leaves it where it is, so that the guest traps ("unreachable"), when
-// the budget is spent (the counter is negative), Meter.Interrupt was
-// called, or the context the guest was called with has ended (a deadline, a
-// cancellation: nothing needs to watch the context). A trap after which the counter is below the floor
-// (Meter.Exhausted) came from the pass, not from the guest's own code.
+// puts the floor a Slice below the counter (never below 0). When a check
+// finds the counter below the floor the guest calls $refill, which lowers
+// the floor to a Slice below the counter (never below 0), or raises it
+// above the counter, so that the guest traps ("unreachable"): to Spent when
+// the budget is spent (the counter is negative), to Interrupted when
+// Meter.Interrupt was called or the context the guest was called with has
+// ended (a deadline, a cancellation: nothing needs to watch the context).
+// A trap after which the floor is one of these (Meter.Exhausted; Spent:
+// Meter.OutOfFuel) came from the pass, not from the guest's own code.
 //
 // The call into Go once per Slice matters beyond interrupts: Go cannot
 // preempt a goroutine while it runs wazero's compiled code (the preemption

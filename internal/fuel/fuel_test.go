@@ -439,3 +439,56 @@ func TestDeterministicGoGuest(t *testing.T) {
 		mod.Close(ctx)
 	}
 }
+
+// TestChargeDeficit: charged per segment, the count drops below the floor
+// between two checks (testdata/wat/deficit.wat: 1 at the entry check, then
+// 201 by a charge without a comparison). With a budget of 100 the host must
+// still tell the pass's trap from the guest's own: a trap in a host function
+// after the sync is the guest's (Exhausted false, though the synced counter
+// is below the floor and below 0); a call that ends with nothing left to
+// check returns, overdrawn (the host's check at the end of the call sees
+// it: executor's TestFuelOverdraft); the next check traps, exactly at what
+// the guest had been charged (203).
+func TestChargeDeficit(t *testing.T) {
+	ctx := context.Background()
+	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCoreFeatures(api.CoreFeaturesV2))
+	defer r.Close(ctx)
+	if _, err := HostModule(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	ownTrap := errors.New("the guest's own failure")
+	if _, err := r.NewHostModuleBuilder("env").NewFunctionBuilder().
+		WithGoModuleFunction(api.GoModuleFunc(func(context.Context, api.Module, []uint64) { panic(ownTrap) }), nil, nil).
+		Export("fail").Instantiate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mod, err := r.InstantiateWithConfig(ctx, mustInstrumentBytes(t, readFile(t, "testdata/wat/deficit.wasm")), wazero.NewModuleConfig().WithStartFunctions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewMeter(mod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(name string, budget int64) ([]uint64, error) {
+		m.Set(budget)
+		return mod.ExportedFunction(name).Call(m.Context(ctx))
+	}
+	for range 3 { // the same every time
+		if _, err := call("host_trap", 100); !errors.Is(err, ownTrap) || m.Exhausted() || m.OutOfFuel() || m.Remaining() != -102 {
+			t.Fatalf("host_trap: err %v, exhausted %v, out of fuel %v, remaining %d (want the guest's trap at -102)", err, m.Exhausted(), m.OutOfFuel(), m.Remaining())
+		}
+		if res, err := call("returns", 100); err != nil || res[0] != 7 || m.Exhausted() || m.Remaining() != -102 {
+			t.Fatalf("returns: %v %v, exhausted %v, remaining %d (want 7, overdrawn to -102)", res, err, m.Exhausted(), m.Remaining())
+		}
+		if _, err := call("calls", 100); err == nil || !m.Exhausted() || !m.OutOfFuel() || m.Interrupted() || m.Remaining() != -103 {
+			t.Fatalf("calls: err %v, exhausted %v, out of fuel %v, remaining %d (want the budget trap at -103)", err, m.Exhausted(), m.OutOfFuel(), m.Remaining())
+		}
+		if _, err := call("calls", 203); err != nil || m.Remaining() != 0 {
+			t.Fatalf("calls with 203: err %v, remaining %d", err, m.Remaining())
+		}
+		if _, err := call("calls", 202); err == nil || !m.OutOfFuel() || m.Remaining() != -1 {
+			t.Fatalf("calls with 202: err %v, out of fuel %v, remaining %d", err, m.OutOfFuel(), m.Remaining())
+		}
+	}
+}

@@ -47,6 +47,12 @@ const (
 	// Interrupted is the floor Meter.Interrupt sets: above any counter that
 	// has been decremented at least once.
 	Interrupted int64 = math.MaxInt64
+	// Spent is the floor the host sets when it stops a call because its
+	// budget is spent (refill or Charge found the counter negative): above
+	// that counter, and different from every floor Set and refill compute
+	// (at most Unlimited - Slice) and from Interrupted, so that after the
+	// trap the floor says why the pass stopped the call (Meter.OutOfFuel).
+	Spent int64 = math.MaxInt64 - 1
 )
 
 // Stats describes what Instrument did.

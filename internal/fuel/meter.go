@@ -57,11 +57,13 @@ type meterKey struct{}
 
 // refill runs on the guest's goroutine whenever the counter drops below the
 // floor. Being a call into Go, it is also where the Go scheduler gets the
-// thread back. It lowers the floor by a Slice, or leaves it, so that the
-// guest traps: when the budget is spent (the counter is negative), or the
-// call's Meter was interrupted, or the context of the call (the one Meter.Context
-// returned, or one derived from it) is done — so a deadline or a
-// cancellation stops the guest without any goroutine watching the context.
+// thread back. It lowers the floor by a Slice (to at most a Slice below the
+// counter it finds, never below 0), or raises it above the counter, so that
+// the guest traps: to Spent when the budget is spent (the counter is
+// negative), to Interrupted when the call's Meter was interrupted or the
+// context of the call (the one Meter.Context returned, or one derived from
+// it) is done — so a deadline or a cancellation stops the guest without any
+// goroutine watching the context.
 func refill(ctx context.Context, mod api.Module, _ []uint64) {
 	fuel, ok1 := mod.ExportedGlobal(GlobalExport).(api.MutableGlobal)
 	limit, ok2 := mod.ExportedGlobal(LimitExport).(api.MutableGlobal)
@@ -75,7 +77,13 @@ func refill(ctx context.Context, mod api.Module, _ []uint64) {
 	}
 	f := int64(fuel.Get())
 	if f < 0 {
-		return // spent: the floor (>= 0) stays above the counter
+		// Spent: this is the first check at which the guest had been
+		// charged more than its budget (every earlier one found the count
+		// at least 0, since the floor never goes below 0), and the counter
+		// holds exactly what it was charged. The floor goes above it, so
+		// the guest traps, and says why.
+		limit.Set(uint64(Spent))
+		return
 	}
 	limit.Set(uint64(max(0, f-Slice)))
 }
@@ -136,10 +144,22 @@ func (m *Meter) Set(n int64) {
 // Remaining returns the fuel left; it is negative once the guest ran out.
 func (m *Meter) Remaining() int64 { return int64(m.fuel.Get()) }
 
-// Exhausted reports whether the counter is below the floor after a call: a
-// trap the guest just raised came from the pass (the budget was spent or
-// Interrupt was called), not from the guest's own code.
-func (m *Meter) Exhausted() bool { return int64(m.fuel.Get()) < int64(m.limit.Get()) }
+// Exhausted reports whether the host stopped the last call: a trap the
+// guest just raised came from the pass (refill, Charge or Check found the
+// budget spent, Interrupt called or the call's context done, and raised the
+// floor to Spent or Interrupted), not from the guest's own code. It reads
+// the floor, not the counter: charged per segment, the counter can be below
+// the floor, or below 0, at a trap of the guest's own (see Charge per
+// segment), which is not the pass's.
+func (m *Meter) Exhausted() bool { return int64(m.limit.Get()) >= Spent }
+
+// OutOfFuel reports whether the host stopped the last call because its
+// budget was spent: at the first check (a loop header, a function entry, a
+// host function's Charge) at which the guest had been charged more than the
+// budget. Remaining is then minus what it was charged beyond the budget, the
+// same on every run of the same work: refills only move the floor, at
+// points the guest's own checks decide, and no timing enters the count.
+func (m *Meter) OutOfFuel() bool { return int64(m.limit.Get()) == Spent }
 
 // Interrupt makes a running guest trap within a Slice of fuel, at its next
 // refill. It is safe to call from any goroutine at any time; Set clears it.
@@ -187,9 +207,9 @@ func Check(ctx context.Context) {
 // functions keep their count in the global across calls (the pass writes it
 // back before every call and reloads it after), so the charge is seen by the
 // guest when the host function returns. When the counter drops below the
-// floor, Charge does what refill does: lowers the floor by Slices while the
-// budget lasts, or panics with ErrExhausted when it is spent. It does
-// nothing for an unmetered call.
+// floor, Charge does what refill does: lowers the floor while the budget
+// lasts, or sets it to Spent and panics with ErrExhausted when it is spent.
+// It does nothing for an unmetered call.
 func Charge(ctx context.Context, units int64) {
 	m := MeterFrom(ctx)
 	if m == nil {
@@ -215,7 +235,8 @@ func Charge(ctx context.Context, units int64) {
 		panic(ErrInterrupted)
 	}
 	if f < 0 {
-		// Spent: the floor (>= 0) stays above the counter.
+		// Spent (see refill).
+		m.limit.Set(uint64(Spent))
 		panic(ErrExhausted)
 	}
 	m.limit.Set(uint64(max(0, f-Slice)))
