@@ -79,6 +79,10 @@ func (t *commandHandler) run(ctx context.Context, inv *invocation, env map[strin
 		out.err = t.classify(ctx, inv, err, cause, acct, cpu, stderr.Tail(), "_start")
 		return out
 	}
+	if meter.overdrawn() {
+		out.err = t.fuelExceeded(out.fuel)
+		return out
+	}
 	out.output = stdout.buf.Bytes()
 	return out
 }

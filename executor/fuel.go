@@ -67,9 +67,21 @@ func (mt *metering) used() int64 {
 }
 
 // ranOut reports whether the last call trapped because its fuel budget was
-// spent (not because it was interrupted).
+// spent (not because it was interrupted, nor by a trap of its own): the
+// host decided so at the first check at which the guest had been charged
+// more than the budget (fuel.Meter.OutOfFuel), so used is what it had been
+// charged there.
 func (mt *metering) ranOut() bool {
-	return mt != nil && mt.m.Exhausted() && !mt.m.Interrupted()
+	return mt != nil && mt.m.OutOfFuel()
+}
+
+// overdrawn reports whether the last call returned normally having been
+// charged more than its budget. Charged per segment (internal/fuel's doc,
+// Charge per segment), the guest pays the segments it runs after its last
+// check without a comparison, so a call can reach its end past the budget
+// with no check left to see it: the end of the call is that check.
+func (mt *metering) overdrawn() bool {
+	return mt != nil && mt.start != fuel.Unlimited && mt.m.Remaining() < 0
 }
 
 // unmeteredRefused is the load error of a module the pass refused.

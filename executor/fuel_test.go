@@ -120,6 +120,34 @@ func TestFuelBudgetDeterministic(t *testing.T) {
 	}
 }
 
+// A call that ends past its budget with no check left to see it (charged
+// per segment, the last segments of a call are paid without a comparison:
+// overdraft.wasm's 201 units after its output_set) fails with
+// limits-exceeded "fuel" at the end of the call, Observed what it was
+// charged, the same on every run; with the budget it needs, it succeeds.
+func TestFuelOverdraft(t *testing.T) {
+	res, err := invoke(t, load(t, newExecutor(t), "overdraft", nil), `{}`)
+	if err != nil || string(res.Output) != `{}` || res.Usage.Fuel <= 201 {
+		t.Fatalf("unlimited: %+v %v", res, err)
+	}
+	need := res.Usage.Fuel
+	for _, budget := range []int64{need - 1, need - 200} { // the last check (output_set's charge) passes
+		tool := load(t, newExecutor(t, func(c executor.Config) executor.Config { return c.WithFuelBudget(budget) }), "overdraft", nil)
+		for range 2 {
+			res, err := invoke(t, tool, `{}`)
+			wantCode(t, err, toolerr.LimitsExceeded)
+			var le *toolerr.LimitsError
+			if !errors.As(err, &le) || le.Limit != toolerr.LimitFuel || le.Declared != budget || le.Observed != need || res.Usage.Fuel != need || res.Output != nil {
+				t.Fatalf("budget %d of %d: %+v, usage %+v (%v)", budget, need, le, res, err)
+			}
+		}
+	}
+	exact := load(t, newExecutor(t, func(c executor.Config) executor.Config { return c.WithFuelBudget(need) }), "overdraft", nil)
+	if res, err := invoke(t, exact, `{}`); err != nil || string(res.Output) != `{}` || res.Usage.Fuel != need {
+		t.Fatalf("budget %d: %+v %v", need, res, err)
+	}
+}
+
 // The metered module is cached on disk beside the compilation cache, so a
 // new process does not rerun the pass.
 func TestFuelDiskCache(t *testing.T) {

@@ -308,6 +308,8 @@ func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[strin
 		out.err = t.fuelExceeded(out.fuel)
 	case err != nil:
 		out.err = t.classify(ctx, inv, err, cause, in.acct, cpu, stderr.Tail(), t.shape.entry)
+	case in.meter.overdrawn():
+		out.err = t.fuelExceeded(out.fuel) // the instance is sound, but retired like any failed call's
 	default:
 		out.output, out.err = output, resultErr
 	}
