@@ -97,7 +97,7 @@ func TestRecordReplayClockRandom(t *testing.T) {
 	// Another input: the guest asks for 4 random bytes.
 	edited := bytes.Replace(b, []byte(`"input":{}`), []byte(`"input":{"a":1}`), 1)
 	rep = replay(t, other, edited)
-	if rep.Identical || rep.Divergence != "host call #2: the guest asked random_get(4 bytes), recorded random_get(8 bytes)" {
+	if rep.Identical || rep.Divergence != "host call #2 (random_get #1): the guest asked random_get(4 bytes), recorded random_get(8 bytes)" {
 		t.Fatalf("divergence %q", rep.Divergence)
 	}
 
@@ -255,7 +255,13 @@ func TestRecordReplayHTTPGuest(t *testing.T) {
 		t.Fatal("the first response body was not found in the recording")
 	}
 	rep = replay(t, offline, edited)
-	want := fmt.Sprintf("host call #%d: the guest asked http_request GET http://api.test:%s/secund, recorded http_request GET http://api.test:%s/second", httpCalls[1].N, port, port)
+	// The guest read the clock and random bytes before: the divergence
+	// names the request by both numbers, its place in the one sequence and
+	// its place among the HTTP exchanges.
+	if httpCalls[1].N <= 2 {
+		t.Fatalf("the second request is host call #%d: the guest was to read the clock and random bytes first", httpCalls[1].N)
+	}
+	want := fmt.Sprintf("host call #%d (http_request #2): the guest asked http_request GET http://api.test:%s/secund, recorded http_request GET http://api.test:%s/second", httpCalls[1].N, port, port)
 	if rep.Identical || rep.Divergence != want {
 		t.Fatalf("divergence %q\nwant %q", rep.Divergence, want)
 	}

@@ -229,18 +229,17 @@ func (rp *replayer) take(fn, asked string, match func(c *RecordedCall) string) (
 	if rp.diverged != "" {
 		return nil, rp.diverged
 	}
-	n := rp.pos + 1
 	var c *RecordedCall
 	msg := ""
 	switch {
 	case rp.pos >= len(rp.rec.Calls):
-		msg = fmt.Sprintf("host call #%d: the guest asked %s, recorded nothing more (%d host calls)", n, asked, len(rp.rec.Calls))
+		msg = fmt.Sprintf("%s: the guest asked %s, recorded nothing more (%d host calls)", rp.callName(fn), asked, len(rp.rec.Calls))
 	default:
 		c = rp.rec.Calls[rp.pos]
 		if c.Fn != fn {
-			msg = fmt.Sprintf("host call #%d: the guest asked %s, recorded %s", n, asked, describeCall(c))
+			msg = fmt.Sprintf("%s: the guest asked %s, recorded %s", rp.callName(fn), asked, describeCall(c))
 		} else if d := match(c); d != "" {
-			msg = fmt.Sprintf("host call #%d: the guest asked %s, recorded %s", n, asked, d)
+			msg = fmt.Sprintf("%s: the guest asked %s, recorded %s", rp.callName(fn), asked, d)
 		}
 	}
 	if msg != "" {
@@ -249,6 +248,34 @@ func (rp *replayer) take(fn, asked string, match func(c *RecordedCall) string) (
 	}
 	rp.pos++
 	return c, ""
+}
+
+// callName names the host call due, the guest asking fn: its place in the
+// recording's one sequence and, when other kinds of answer came before it,
+// its place among fn's own ("host call #38 (http_request #2)": a Go guest
+// reads the clock many times before its first request).
+func (rp *replayer) callName(fn string) string {
+	n, k := rp.pos+1, 1
+	for _, c := range rp.rec.Calls[:min(rp.pos, len(rp.rec.Calls))] {
+		if c.Fn == fn {
+			k++
+		}
+	}
+	if k == n {
+		return fmt.Sprintf("host call #%d", n)
+	}
+	return fmt.Sprintf("host call #%d (%s #%d)", n, fnName(fn), k)
+}
+
+// fnName is the host function a recorded kind of answer comes from.
+func fnName(fn string) string {
+	switch fn {
+	case "clock":
+		return "clock_time_get"
+	case "random":
+		return "random_get"
+	}
+	return fn
 }
 
 func describeCall(c *RecordedCall) string {

@@ -65,7 +65,7 @@ func TestRunRecordReplay(t *testing.T) {
 	edited := filepath.Join(dir, "edited.jsonl")
 	os.WriteFile(edited, bytes.Replace(b, []byte(`"input":{}`), []byte(`"input":{"a":1}`), 1), 0o600)
 	code, out, _ = runReplay(t, edited)
-	if code != 1 || out != "diverged: host call #2: the guest asked random_get(4 bytes), recorded random_get(8 bytes)\n" {
+	if code != 1 || out != "diverged: host call #2 (random_get #1): the guest asked random_get(4 bytes), recorded random_get(8 bytes)\n" {
 		t.Fatalf("edited input: %d %q", code, out)
 	}
 
@@ -178,7 +178,7 @@ func TestConformanceCassettes(t *testing.T) {
 	os.WriteFile(filepath.Join(cas, "d.rec.jsonl"), bytes.Replace(b, []byte(`"toolId":"acme.clock"`), []byte(`"toolId":"acme.gone"`), 1), 0o600)
 	code, out = conf()
 	for _, want := range []string{
-		"b.rec.jsonl diverged: host call #2: the guest asked random_get(4 bytes), recorded random_get(8 bytes)",
+		"b.rec.jsonl diverged: host call #2 (random_get #1): the guest asked random_get(4 bytes), recorded random_get(8 bytes)",
 		"c.rec.jsonl is unusable",
 		`d.rec.jsonl is a recording of tool "acme.gone", which is not in the pack`,
 	} {
