@@ -89,7 +89,7 @@ func (t *httpHandler) run(ctx context.Context, inv *invocation, _ map[string]str
 		}
 		hdr[s.AuthHeader] = s.AuthPrefix + egress.SecretPlaceholder(s.AuthSecret)
 	}
-	body, contentType, err := s.Body(inv.input, in)
+	body, contentType, err := s.Body(inv.input, in, httpspec.Meter{})
 	if err != nil {
 		out.err = toolerr.New(toolerr.InputValidationFailed, "the request body: %v", err)
 		return out

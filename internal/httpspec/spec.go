@@ -3,7 +3,6 @@ package httpspec
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -40,7 +39,7 @@ type Spec struct {
 	unfillable map[string]bool
 	headers    []headerTemplate
 	bodyKind   string // "", json-input, input-passthrough, text
-	bodyTmpl   string
+	text       textTemplate
 }
 
 // URL fills the urlTemplate from the input object (see urlTemplate.expand).
@@ -131,7 +130,10 @@ func Compile(m *manifest.Manifest, pol *egress.Policy) (*Spec, error) {
 		}
 	}
 	if b := sj.RequestBody; b != nil {
-		s.bodyKind, s.bodyTmpl = b.Kind, b.Template
+		s.bodyKind = b.Kind
+		if b.Kind == "text" {
+			s.text = parseTextTemplate(b.Template)
+		}
 	}
 	if sj.TimeoutMs != nil {
 		s.Timeout = time.Duration(*sj.TimeoutMs) * time.Millisecond
@@ -248,7 +250,7 @@ func HeaderBytesError(hdr map[string]string, limit int) error {
 	return te
 }
 
-// requestBody is what a declarative HTTP tool sends, by Kindgi's rules
+// Body is what a declarative HTTP tool sends, by Kindgi's rules
 // (packages/tools/src/http.ts buildBody): a GET without requestBody sends
 // nothing; any other method without requestBody, and "json-input", send
 // the JSON of the input object minus the keys the urlTemplate's
@@ -256,8 +258,9 @@ func HeaderBytesError(hdr map[string]string, limit int) error {
 // nothing (no Content-Type) when no key is left; "input-passthrough" sends
 // the whole input as application/json; "text" sends the template filled
 // without encoding as text/plain. raw is the validated input, in its
-// decoded form.
-func (s *Spec) Body(raw []byte, in map[string]any) (body []byte, contentType string, err error) {
+// decoded form. The building is metered by m (see Meter): a meter point at
+// least every 64 KiB of work, the body's growth charged as it grows.
+func (s *Spec) Body(raw []byte, in map[string]any, m Meter) (body []byte, contentType string, err error) {
 	switch s.bodyKind {
 	case "":
 		if s.Method == "GET" {
@@ -269,7 +272,7 @@ func (s *Spec) Body(raw []byte, in map[string]any) (body []byte, contentType str
 		for _, p := range s.tmpl.params {
 			consumed[p] = true
 		}
-		body, err := jsonObjectWithout(raw, consumed)
+		body, err := jsonObjectWithout(raw, consumed, m)
 		if err != nil {
 			return nil, "", err
 		}
@@ -278,13 +281,17 @@ func (s *Spec) Body(raw []byte, in map[string]any) (body []byte, contentType str
 		}
 		return body, "application/json", nil
 	case "input-passthrough":
-		var c bytes.Buffer
-		if err := json.Compact(&c, raw); err != nil {
+		body, err := compactJSON(raw, m)
+		if err != nil {
 			return nil, "", err
 		}
-		return c.Bytes(), "application/json", nil
+		return body, "application/json", nil
 	case "text":
-		return []byte(fillText(s.bodyTmpl, in)), "text/plain", nil
+		body, err := s.text.fill(in, m)
+		if err != nil {
+			return nil, "", err
+		}
+		return body, "text/plain", nil
 	}
 	return nil, "", fmt.Errorf("spec.requestBody.kind %q is not json-input, input-passthrough or text", s.bodyKind)
 }
@@ -299,45 +306,4 @@ func (s *Spec) SetsHeader(name string) bool {
 		}
 	}
 	return false
-}
-
-// jsonObjectWithout re-encodes the JSON object raw, compact, without its
-// top-level keys in drop, the others in their order (JSON.stringify of
-// Kindgi's "rest" object). It returns nil when no key is left.
-func jsonObjectWithout(raw []byte, drop map[string]bool) ([]byte, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil, errors.New("the input is not a JSON object")
-	}
-	var out bytes.Buffer
-	var val json.RawMessage
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		key, _ := tok.(string)
-		if err := dec.Decode(&val); err != nil {
-			return nil, err
-		}
-		if drop[key] {
-			continue
-		}
-		if out.Len() == 0 {
-			out.WriteByte('{')
-		} else {
-			out.WriteByte(',')
-		}
-		kb, _ := json.Marshal(key) // Marshal escapes <, >, & as \u003c...: same string to a JSON parser
-		out.Write(kb)
-		out.WriteByte(':')
-		if err := json.Compact(&out, val); err != nil {
-			return nil, err
-		}
-	}
-	if out.Len() == 0 {
-		return nil, nil
-	}
-	out.WriteByte('}')
-	return out.Bytes(), nil
 }

@@ -253,22 +253,5 @@ func jsonTypeName(v any) string {
 	return "number"
 }
 
-// fillText fills a text body template (no encoding).
-func fillText(tmpl string, input map[string]any) string {
-	return placeholderRe.ReplaceAllStringFunc(tmpl, func(m string) string {
-		v, ok := input[m[1:len(m)-1]]
-		if !ok {
-			return m // Kindgi: a missing key stays as the literal {key}
-		}
-		if v == nil {
-			return "" // and null becomes ''
-		}
-		if s, err := scalarString(v); err == nil {
-			return s
-		}
-		b, _ := json.Marshal(v)
-		return string(b)
-	})
-}
-
+// placeholderRe is a text body template's placeholder (fillText's).
 var placeholderRe = regexp.MustCompile(`\{[A-Za-z_][A-Za-z0-9_.-]*\}`)
