@@ -61,12 +61,12 @@ func (t *httpHandler) run(ctx context.Context, inv *invocation, _ map[string]str
 	}); out.err != nil {
 		return out
 	}
-	u, err := s.URL(in)
+	u, err := s.URL(in, nil)
 	if err != nil {
 		out.err = expandError(s, err)
 		return out
 	}
-	hdr, literal, holdsInput, err := s.Headers(in)
+	hdr, literal, holdsInput, err := s.Headers(in, nil)
 	if err != nil {
 		out.err = expandError(s, err)
 		return out

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unsafe"
 )
 
 // headerTemplate is a spec header value split at its {param} placeholders.
@@ -91,11 +92,22 @@ func (e *HeaderValueError) Error() string {
 // object or an array is a *FillError (the URL placeholders' rules, where
 // Kindgi sends "{key}", "" or String(value)); a value that is not valid in
 // a header value is a *HeaderValueError, never sent.
-func (ht headerTemplate) fill(input map[string]any) (string, error) {
+// Its passes over a value run a chunk at a time, counted on tk.
+func (ht headerTemplate) fill(input map[string]any, tk *ticker) (string, error) {
 	if len(ht.params) == 0 {
 		return ht.parts[0], nil
 	}
 	var b strings.Builder
+	n := 0 // room up front, as expand's
+	for i, p := range ht.params {
+		n += len(ht.parts[i])
+		if s, ok := input[p].(string); ok {
+			n += len(s)
+		} else {
+			n += 64
+		}
+	}
+	b.Grow(n + len(ht.parts[len(ht.parts)-1]))
 	var filled []filledSpan
 	for i, p := range ht.params {
 		b.WriteString(ht.parts[i])
@@ -103,12 +115,15 @@ func (ht headerTemplate) fill(input map[string]any) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		enc, reason := headerValueBytes(s)
+		enc, reason := headerValueBytes(s, tk)
 		if reason != "" {
 			return "", &HeaderValueError{Param: p, Header: ht.name, Reason: reason, SchemaPath: ht.schemaPath}
 		}
 		start := b.Len()
-		b.WriteString(enc)
+		for c := range chunks(enc) {
+			b.WriteString(c)
+			tk.did(len(c))
+		}
 		filled = append(filled, filledSpan{p, start, b.Len()})
 	}
 	b.WriteString(ht.parts[len(ht.parts)-1])
@@ -147,9 +162,14 @@ func headerScalar(v any) (string, error) {
 // (where fetch throws) is refused. Refused too: every control character
 // but HTAB — CR, LF, NUL, DEL, U+0080 to U+009F — which fetch would refuse
 // (CR, LF, NUL) or send.
-func headerValueBytes(s string) (string, string) {
+func headerValueBytes(s string, tk *ticker) (string, string) {
 	ascii := true
-	for _, r := range s {
+	next := tickBytes
+	for i, r := range s {
+		if i >= next {
+			tk.did(i - next + tickBytes)
+			next = i + tickBytes
+		}
 		switch {
 		case r == '\t':
 		case r < 0x20 || r == 0x7f || r >= 0x80 && r <= 0x9f:
@@ -163,11 +183,16 @@ func headerValueBytes(s string) (string, string) {
 	if ascii {
 		return s, ""
 	}
-	b := make([]byte, 0, len(s))
-	for _, r := range s {
+	b := uncleared(len(s))
+	next = tickBytes
+	for i, r := range s {
+		if i >= next {
+			tk.did(i - next + tickBytes)
+			next = i + tickBytes
+		}
 		b = append(b, byte(r))
 	}
-	return string(b), ""
+	return unsafe.String(unsafe.SliceData(b), len(b)), "" // b is not written again
 }
 
 // jsNumberString is JavaScript's String(n) of the JSON number text n (the

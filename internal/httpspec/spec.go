@@ -43,7 +43,11 @@ type Spec struct {
 }
 
 // URL fills the urlTemplate from the input object (see urlTemplate.expand).
-func (s *Spec) URL(input map[string]any) (string, error) { return s.tmpl.expand(input) }
+// tick (nil: none) is called at least every 64 KiB of work: it may panic
+// to stop the fill (the panic passes through URL).
+func (s *Spec) URL(input map[string]any, tick func()) (string, error) {
+	return s.tmpl.expand(input, &ticker{tick: tick})
+}
 
 // Unfillable reports whether no input valid against the tool's input
 // schema can carry placeholder param: a template naming it is a broken
@@ -208,11 +212,13 @@ func isHeaderToken(s string) bool {
 // header map, the names egress must send as written (their value holds
 // input and their template no secret placeholder, so no input can name a
 // secret; a mixed one was checked by fill), and whether any holds input.
-// Of two headers of one name the later decides, as in the map.
-func (s *Spec) Headers(in map[string]any) (hdr map[string]string, literal map[string]bool, holdsInput bool, err error) {
+// Of two headers of one name the later decides, as in the map. tick is
+// called as URL's.
+func (s *Spec) Headers(in map[string]any, tick func()) (hdr map[string]string, literal map[string]bool, holdsInput bool, err error) {
 	hdr = make(map[string]string, len(s.headers)+2)
+	tk := &ticker{tick: tick}
 	for _, h := range s.headers {
-		v, err := h.fill(in)
+		v, err := h.fill(in, tk)
 		if err != nil {
 			return nil, nil, false, err
 		}
