@@ -50,25 +50,29 @@ func (t *httpHandler) run(ctx context.Context, inv *invocation, _ map[string]str
 		out.err = t.memExceeded(acct.Refused(), fmt.Sprintf("the input (%d bytes) does not fit in memMB %d", len(inv.input), t.limits.memMB))
 		return out
 	}
-	var in map[string]any
-	if out.err = t.hostWork(ctx, out, func(w manifest.Work, _ func()) error {
+	var (
+		in         map[string]any
+		u          string
+		hdr        map[string]string
+		literal    map[string]bool
+		holdsInput bool
+	)
+	if out.err = t.hostWork(ctx, out, func(w manifest.Work, tick func()) error {
 		v, err := manifest.DecodeValue(inv.input, w.Check)
 		if err != nil && !isSyntax(err) {
 			return err // stopped
 		}
 		in, _ = v.(map[string]any) // a non-object input fills no placeholder
+		// The templates' fills: their passes over each value they place
+		// (escaping, the path and header checks) tick every 64 KiB.
+		if u, err = s.URL(in, tick); err != nil {
+			return expandError(s, err)
+		}
+		if hdr, literal, holdsInput, err = s.Headers(in, tick); err != nil {
+			return expandError(s, err)
+		}
 		return nil
 	}); out.err != nil {
-		return out
-	}
-	u, err := s.URL(in, nil)
-	if err != nil {
-		out.err = expandError(s, err)
-		return out
-	}
-	hdr, literal, holdsInput, err := s.Headers(in, nil)
-	if err != nil {
-		out.err = expandError(s, err)
 		return out
 	}
 	if s.AuthHeader != "" {
@@ -89,13 +93,22 @@ func (t *httpHandler) run(ctx context.Context, inv *invocation, _ map[string]str
 		}
 		hdr[s.AuthHeader] = s.AuthPrefix + egress.SecretPlaceholder(s.AuthSecret)
 	}
-	body, contentType, err := s.Body(inv.input, in, httpspec.Meter{})
-	if err != nil {
-		out.err = toolerr.New(toolerr.InputValidationFailed, "the request body: %v", err)
-		return out
-	}
-	if !acct.Reserve(int64(len(body))) {
-		out.err = t.memExceeded(acct.Refused(), fmt.Sprintf("the request body (%d bytes) does not fit in memMB %d", len(body), t.limits.memMB))
+	// The body is built on the call's CPU clock too, a meter point every
+	// 64 KiB of work; it is charged to memMB as it grows.
+	var body []byte
+	var contentType string
+	if out.err = t.hostWork(ctx, out, func(_ manifest.Work, tick func()) error {
+		var err error
+		body, contentType, err = s.Body(inv.input, in, httpspec.Meter{Tick: tick, Grow: func(n int) bool { return acct.Reserve(int64(n)) }})
+		var tl *httpspec.BodyTooLargeError
+		switch {
+		case errors.As(err, &tl):
+			return t.memExceeded(acct.Refused(), fmt.Sprintf("the request body (%d bytes so far) does not fit in memMB %d", tl.Size, t.limits.memMB))
+		case err != nil:
+			return toolerr.New(toolerr.InputValidationFailed, "the request body: %v", err)
+		}
+		return nil
+	}); out.err != nil {
 		return out
 	}
 	if contentType != "" && !s.SetsHeader("Content-Type") {
@@ -227,7 +240,7 @@ func (t *httpHandler) hostWork(ctx context.Context, out *runOutcome, fn func(w m
 	})
 	out.cpu += cpu
 	if errors.Is(err, errValidationCPU) {
-		return t.cpuExceeded(out.cpu, "the HTTP tool's host work (decoding its input, checking or quoting the response body)")
+		return t.cpuExceeded(out.cpu, "the HTTP tool's host work (decoding its input, filling its templates, building the request body, checking or quoting the response body)")
 	}
 	return err
 }
