@@ -728,8 +728,7 @@ func (s *Server) answer(w http.ResponseWriter, artifactVersion string, start tim
 	set(1, answerKeys.duration, strconv.FormatInt(time.Since(start).Milliseconds(), 10))
 	set(2, answerKeys.artifact, artifactVersion)
 	if usage != nil {
-		u, _ := json.Marshal(usage)
-		set(3, answerKeys.usage, string(u))
+		set(3, answerKeys.usage, usageHeader(usage))
 	}
 	if callID != "" {
 		set(4, answerKeys.callID, callID)
