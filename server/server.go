@@ -694,12 +694,16 @@ var jsonContentType = []string{"application/json"}
 // answer writes a 200 pack-protocol response with the headers every 200
 // answer carries.
 func (s *Server) answer(w http.ResponseWriter, artifactVersion string, start time.Time, msg any, usage *executor.Usage, callID string) {
-	var b []byte
+	// b is the body, or, for a result, head, out and tail are: the
+	// output is validated JSON, written as it is, neither re-encoded
+	// (json.Marshal would copy a big output twice more, outside memMB)
+	// nor copied into one buffer with the frame around it (a copy and an
+	// allocation of the output's size per call: the response's buffer
+	// joins the three writes).
+	var b, head, out, tail []byte
 	var err error
 	if r, ok := msg.(wireResult); ok {
-		// The output is validated JSON: written as it is, not re-encoded
-		// (json.Marshal would copy a big output twice more, outside memMB).
-		b = r.appendJSON()
+		head, out, tail = r.jsonParts()
 	} else if b, err = json.Marshal(msg); err == nil {
 		b = append(b, '\n')
 	}
@@ -724,7 +728,7 @@ func (s *Server) answer(w http.ResponseWriter, artifactVersion string, start tim
 	// closes): without it, a flush before the handler returns switches the
 	// response to chunked encoding and the terminating chunk takes a
 	// second write syscall.
-	set(0, answerKeys.contentLength, strconv.Itoa(len(b)))
+	set(0, answerKeys.contentLength, strconv.Itoa(len(b)+len(head)+len(out)+len(tail)))
 	set(1, answerKeys.duration, strconv.FormatInt(time.Since(start).Milliseconds(), 10))
 	set(2, answerKeys.artifact, artifactVersion)
 	if usage != nil {
@@ -734,6 +738,12 @@ func (s *Server) answer(w http.ResponseWriter, artifactVersion string, start tim
 		set(4, answerKeys.callID, callID)
 	}
 	w.WriteHeader(http.StatusOK)
+	if b == nil {
+		_, _ = w.Write(head)
+		_, _ = w.Write(out)
+		_, _ = w.Write(tail)
+		return
+	}
 	_, _ = w.Write(b)
 }
 

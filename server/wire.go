@@ -64,19 +64,27 @@ type wireResult struct {
 	Output json.RawMessage `json:"output"`
 }
 
-// appendJSON encodes the result with a final newline, the output as it
-// is (one JSON value, already validated).
-func (r wireResult) appendJSON() []byte {
-	out := r.Output
+// Result frames around the output, by protocol version (every answer
+// is ProtocolVersion's; other versions are built per call).
+var (
+	resultHead = []byte(`{"v":` + strconv.Itoa(ProtocolVersion) + `,"kind":"result","output":`)
+	resultTail = []byte("}\n")
+	jsonNull   = []byte("null")
+)
+
+// jsonParts is the result's encoding with a final newline, in three
+// parts, head+out+tail: the output as it is (one JSON value, already
+// validated), not copied.
+func (r wireResult) jsonParts() (head, out, tail []byte) {
+	out = r.Output
 	if len(out) == 0 {
-		out = json.RawMessage("null")
+		out = jsonNull
 	}
-	b := make([]byte, 0, len(out)+48)
-	b = append(b, `{"v":`...)
-	b = strconv.AppendInt(b, int64(r.V), 10)
-	b = append(b, `,"kind":"result","output":`...)
-	b = append(b, out...)
-	return append(b, '}', '\n')
+	head = resultHead
+	if r.V != ProtocolVersion {
+		head = append(append([]byte(`{"v":`), strconv.Itoa(r.V)...), `,"kind":"result","output":`...)
+	}
+	return head, out, resultTail
 }
 
 // wireError is the closed error message.
