@@ -807,10 +807,12 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		br.until(deadline)
 		bodyBy, byCall = br.deadline, br.byCall
 		body, err = br.readAll(bodyCharge, MaxBodyBytes)
-		// Lifted once the body is in (requestBody.Read does at io.EOF);
-		// on failure it stays, so that net/http's discard of what is left
-		// cannot wait on the client.
-		if err == nil {
+		// Lifted once the body is in (requestBody.Read does at io.EOF,
+		// here when the body was read whole without one; lifting it again
+		// is a poller call and a timer delete per call); on failure it
+		// stays, so that net/http's discard of what is left cannot wait on
+		// the client.
+		if err == nil && !br.eof {
 			_ = rc.SetReadDeadline(time.Time{})
 		}
 	}
