@@ -224,12 +224,13 @@ func (s *Server) Call(ctx context.Context, c Call) Outcome {
 // Call it once per Ticket.
 func (t *Ticket) Call(ctx context.Context, c Call) (o Outcome) {
 	s := t.s
-	rel := &onceFunc{f: c.Release}
-	release := rel.call
+	// g is what the guest's run needs (guestRun.run): one allocation,
+	// made first since it holds the once-only Release.
+	g := &guestRun{s: s, rel: onceFunc{f: c.Release}}
 	guestOwnsRelease := false
 	defer func() {
 		if !guestOwnsRelease {
-			release()
+			g.rel.call()
 		}
 	}()
 	if c.Start.IsZero() {
@@ -256,7 +257,8 @@ func (t *Ticket) Call(ctx context.Context, c Call) (o Outcome) {
 	// Tracing (tracing.go): without it, ct stays nil and nothing of it runs.
 	var ct *callTrace
 	if s.tracing != nil {
-		ct = s.tracing.startCall(&c)
+		tc := c // only a traced call's Call escapes (startCall keeps it)
+		ct = s.tracing.startCall(&tc)
 		defer func() { ct.end(&o, e, rec.outcome) }()
 	}
 	out := Outcome{ArtifactVersion: cat.artifactVersion, entry: e}
@@ -322,56 +324,20 @@ func (t *Ticket) Call(ctx context.Context, c Call) (o Outcome) {
 	if c.Running != nil {
 		c.Running(callID)
 	}
-	type result struct {
-		res       *executor.Result
-		err       error
-		recording string // the kept recording's file (recordings.go)
-	}
 	var tracer executor.Tracer
 	if ct != nil {
 		tracer = ct
 	}
-	done := make(chan result, 1)
+	g.sl, g.cat, g.e, g.ctx = sl, cat, e, ctx
+	g.req = executor.Request{CallID: callID, Input: c.Input, Context: c.Context, Tracer: tracer, Timeout: timeout, TimeoutSource: c.TimeoutSource}
+	g.done = make(chan guestResult, 1)
+	done := g.done
 	cat.hold() // the guest may outlive this call (answered at the deadline)
 	guestOwnsRelease = true
 	s.guests.Add(1)
 	s.activeGuests.Add(1)
-	s.goGuest(func() {
-		var r result
-		// The slots are released before the outcome is handed over, so a
-		// client that gets its answer and calls again at once never finds
-		// its own finished call still counted; and only here, once Invoke
-		// has returned (the guest stopped and the host work after it, the
-		// output's validation, done), even when the call was answered at
-		// its deadline long before: a released slot means the work is over.
-		func() {
-			defer func() {
-				cpu := 0.0
-				if r.res != nil {
-					cpu = r.res.Usage.CPUMs
-				}
-				if s.guestDoneHook != nil {
-					s.guestDoneHook()
-				}
-				s.adm.leave(sl, cpu)
-				release()
-				cat.release()
-				s.activeGuests.Add(-1)
-				s.guests.Done()
-			}()
-			req := executor.Request{CallID: callID, Input: c.Input, Context: c.Context, Tracer: tracer, Timeout: timeout, TimeoutSource: c.TimeoutSource}
-			var sampled bool
-			if s.recs != nil {
-				req.Record, sampled = s.recs.start()
-			}
-			r.res, r.err = e.tool.Invoke(ctx, req)
-			if req.Record != nil {
-				r.recording = s.recs.keep(req.Record, callID, r.err, sampled)
-			}
-		}()
-		done <- r
-	})
-	var r result
+	s.goGuest(g)
+	var r guestResult
 	select {
 	case r = <-done:
 	case <-ctx.Done():
@@ -391,8 +357,8 @@ func (t *Ticket) Call(ctx context.Context, c Call) (o Outcome) {
 	rec.recording = r.recording
 	var usage *executor.Usage
 	if r.res != nil {
-		u := r.res.Usage
-		usage = &u
+		g.usage = r.res.Usage // the guest is done with g: it sent r
+		usage = &g.usage
 		s.metrics.egressAttempts(mid, r.res.Egress)
 		s.metrics.acquired(mid, r.res.Acquired)
 	}
@@ -402,6 +368,70 @@ func (t *Ticket) Call(ctx context.Context, c Call) (o Outcome) {
 		return out
 	}
 	return fail(toolerr.As(r.err).WithTool(c.Tool), usage)
+}
+
+// guestRun is one call's guest run as Ticket.Call hands it to a guest
+// worker, in one allocation (a closure over the call's variables took
+// four: the Call, the once-func and its method value, the closure).
+type guestRun struct {
+	s   *Server
+	rel onceFunc // the Call's Release, once
+	sl  slot
+	cat *catalog // held for the run
+	e   *entry
+	ctx context.Context
+	req executor.Request
+	// done receives the run's result, once; nothing of the run touches g
+	// after that.
+	done chan guestResult
+	// usage is the outcome's copy of the guest's usage (set by the
+	// call's goroutine once it received the result).
+	usage executor.Usage
+}
+
+// guestResult is what a guest run hands back.
+type guestResult struct {
+	res       *executor.Result
+	err       error
+	recording string // the kept recording's file (recordings.go)
+}
+
+// run runs the guest and sends its result. The slots are released before
+// the outcome is handed over, so a client that gets its answer and calls
+// again at once never finds its own finished call still counted; and
+// only here, once Invoke has returned (the guest stopped and the host
+// work after it, the output's validation, done), even when the call was
+// answered at its deadline long before: a released slot means the work
+// is over.
+func (g *guestRun) run() {
+	s := g.s
+	var r guestResult
+	func() {
+		defer func() {
+			cpu := 0.0
+			if r.res != nil {
+				cpu = r.res.Usage.CPUMs
+			}
+			if s.guestDoneHook != nil {
+				s.guestDoneHook()
+			}
+			s.adm.leave(g.sl, cpu)
+			g.rel.call()
+			g.cat.release()
+			s.activeGuests.Add(-1)
+			s.guests.Done()
+		}()
+		req := g.req
+		var sampled bool
+		if s.recs != nil {
+			req.Record, sampled = s.recs.start()
+		}
+		r.res, r.err = g.e.tool.Invoke(g.ctx, req)
+		if req.Record != nil {
+			r.recording = s.recs.keep(req.Record, req.CallID, r.err, sampled)
+		}
+	}()
+	g.done <- r
 }
 
 // onceFunc calls f (when set) the first time call is called; later calls
@@ -542,27 +572,27 @@ func callWork(ctx context.Context, deadline time.Time, cpuMs int64) manifest.Wor
 // exits.
 const guestIdle = 5 * time.Second
 
-// goGuest runs fn on a guest worker: an idle one if there is one, else a
+// goGuest runs g on a guest worker: an idle one if there is one, else a
 // new one. Workers outlive a call so that a call does not pay to grow a
 // fresh goroutine's stack (validation and the guest call need tens of
 // KiB); each exits after guestIdle without work.
-func (s *Server) goGuest(fn func()) {
+func (s *Server) goGuest(g *guestRun) {
 	select {
-	case s.guestWork <- fn:
+	case s.guestWork <- g:
 	default:
-		go s.guestWorker(fn)
+		go s.guestWorker(g)
 	}
 }
 
-func (s *Server) guestWorker(fn func()) {
+func (s *Server) guestWorker(g *guestRun) {
 	idle := time.NewTimer(guestIdle)
 	defer idle.Stop()
 	for {
-		fn()
-		fn = nil // keep nothing of the call (its input) while idle
+		g.run()
+		g = nil // keep nothing of the call (its input) while idle
 		idle.Reset(guestIdle)
 		select {
-		case fn = <-s.guestWork:
+		case g = <-s.guestWork:
 		case <-idle.C:
 			return
 		}

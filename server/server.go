@@ -175,7 +175,7 @@ type Server struct {
 	guestDoneHook func()
 
 	// guestWork hands a guest run to an idle guest worker (goGuest).
-	guestWork chan func()
+	guestWork chan *guestRun
 
 	mux         *http.ServeMux
 	patterns    []string // what routes and Handle mounted, in order
@@ -247,7 +247,7 @@ func New(ctx context.Context, exec *executor.Executor, src Source, opts Options)
 		metrics:  newMetrics(opts.Version),
 		tracing:  opts.Tracing,
 
-		guestWork: make(chan func()),
+		guestWork: make(chan *guestRun),
 		drained:   make(chan struct{}, 1),
 	}
 	s.mux = s.routes()
