@@ -37,7 +37,7 @@ type callCtx struct {
 	gate     *callGate
 	deadline time.Time
 	dl       bool // a deadline (the parent's or the default timeout)
-	own      bool // the deadline is the default timeout's (dt)
+	own      bool // the deadline is the default timeout's or Request.Deadline (dt)
 	dt       *deadlineTimer
 
 	ended   atomic.Bool                     // err is set
@@ -55,12 +55,19 @@ type callCtx struct {
 
 type afterHook struct{ f func() }
 
-// newCallCtx is the context of a call entering g under parent; timeout is
-// the deadline it gets when parent has none (0: none).
-func newCallCtx(parent context.Context, g *callGate, timeout time.Duration) *callCtx {
+// newCallCtx is the context of a call entering g under parent; deadline,
+// when set, is the call's own (Request.Deadline: parent's, when earlier,
+// is the one); timeout is the deadline it gets when neither is set (0:
+// none).
+func newCallCtx(parent context.Context, g *callGate, timeout time.Duration, deadline time.Time) *callCtx {
 	c := &callCtx{parent: parent, gate: g}
-	if d, ok := parent.Deadline(); ok {
+	if d, ok := parent.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
 		c.deadline, c.dl = d, true
+	} else if !deadline.IsZero() {
+		// The caller's deadline on the free list's timer, as the default
+		// timeout's: no context of the caller's own for it.
+		c.deadline, c.dl, c.own = deadline, true, true
+		c.dt = startDeadline(c, time.Until(deadline))
 	} else if timeout > 0 {
 		c.deadline, c.dl, c.own = time.Now().Add(timeout), true, true
 		c.dt = startDeadline(c, timeout)
@@ -116,7 +123,7 @@ func (c *callCtx) Err() error {
 	if !c.ended.Load() {
 		switch err := c.parent.Err(); {
 		case err != nil:
-			c.cancel(err, context.Cause(c.parent))
+			c.parentEnded()
 		case c.gate.closing.Load():
 			c.cancel(context.Canceled, errToolClosing)
 		default:
@@ -195,11 +202,23 @@ func (c *callCtx) armLocked() {
 	// Each hook runs in a goroutine of its own (context.AfterFunc), never
 	// under c.mu.
 	if c.parent.Done() != nil {
-		p := c.parent
-		c.unhook = append(c.unhook, context.AfterFunc(p, func() { c.cancel(p.Err(), context.Cause(p)) }))
+		c.unhook = append(c.unhook, context.AfterFunc(c.parent, c.parentEnded))
 	}
 	g := c.gate
 	c.unhook = append(c.unhook, context.AfterFunc(g.stops[g.next.Add(1)%gateShards], func() { c.cancel(context.Canceled, errToolClosing) }))
+}
+
+// parentEnded ends the call for its parent's end. A call whose own
+// deadline (Request.Deadline, the default timeout) has passed by then ends
+// DeadlineExceeded: its deadline timer may not have run yet, and a parent
+// ended after the deadline (a server that answered at the deadline and
+// returned) is not why the call ended.
+func (c *callCtx) parentEnded() {
+	if c.own && !time.Now().Before(c.deadline) {
+		c.cancel(context.DeadlineExceeded, context.DeadlineExceeded)
+		return
+	}
+	c.cancel(c.parent.Err(), context.Cause(c.parent))
 }
 
 // cancel ends the call with err and cause (nil: err), unless it ended.

@@ -11,7 +11,7 @@ import (
 func enterCall(t *testing.T, parent context.Context, timeout time.Duration) (*callGate, *callCtx) {
 	t.Helper()
 	g := &callGate{}
-	c, ok := g.enter(parent, timeout)
+	c, ok := g.enter(parent, timeout, time.Time{})
 	if !ok {
 		t.Fatal("enter refused on an open gate")
 	}
@@ -152,7 +152,7 @@ func TestCallCtxAllocations(t *testing.T) {
 	g := &callGate{}
 	ctx := context.Background()
 	allocs := testing.AllocsPerRun(1000, func() {
-		c, _ := g.enter(ctx, time.Minute)
+		c, _ := g.enter(ctx, time.Minute, time.Time{})
 		_ = c.Err()
 		_ = c.Value(watchdogKey{})
 		c.release()
@@ -166,7 +166,7 @@ func TestCallCtxAllocations(t *testing.T) {
 func TestCallCtxShutWaits(t *testing.T) {
 	g, c := enterCall(t, context.Background(), 0)
 	idle := g.shut()
-	if _, ok := g.enter(context.Background(), 0); ok {
+	if _, ok := g.enter(context.Background(), 0, time.Time{}); ok {
 		t.Fatal("enter accepted after shut")
 	}
 	select {
@@ -194,7 +194,7 @@ func TestCallCtxDeadlineTimerReuse(t *testing.T) {
 		t.Fatalf("a call past its deadline: Err %v", late.Err())
 	}
 	d.stop()
-	next := newCallCtx(context.Background(), g, time.Hour)
+	next := newCallCtx(context.Background(), g, time.Hour, time.Time{})
 	if next.dt == nil {
 		t.Fatal("no timer for the default timeout")
 	}
@@ -204,4 +204,86 @@ func TestCallCtxDeadlineTimerReuse(t *testing.T) {
 		t.Fatalf("a stale timer callback ended the next call: %v", err)
 	}
 	next.release()
+}
+
+// Request.Deadline: the call's context has it as its deadline and ends at
+// it with DeadlineExceeded (on the free list's timer, one allocation as
+// without it); a parent deadline that is earlier is the one, a later one
+// is not; without it the default timeout applies as before.
+func TestCallCtxRequestDeadline(t *testing.T) {
+	g := &callGate{}
+	soon := time.Now().Add(30 * time.Millisecond)
+	c, _ := g.enter(context.Background(), time.Hour, soon)
+	if d, ok := c.Deadline(); !ok || !d.Equal(soon) {
+		t.Fatalf("Deadline %v %v, want %v", d, ok, soon)
+	}
+	waitDone(t, c.Done(), "a call at its Request.Deadline")
+	if !errors.Is(c.Err(), context.DeadlineExceeded) || !errors.Is(c.causeErr(), context.DeadlineExceeded) {
+		t.Fatalf("Err %v, cause %v at the deadline", c.Err(), c.causeErr())
+	}
+	if time.Now().Before(soon) {
+		t.Fatal("ended before its deadline")
+	}
+	c.release()
+
+	early := time.Now().Add(time.Minute)
+	parent, cancel := context.WithDeadline(context.Background(), early)
+	defer cancel()
+	c, _ = g.enter(parent, time.Hour, early.Add(time.Minute))
+	if d, _ := c.Deadline(); !d.Equal(early) {
+		t.Fatalf("Deadline %v, want the parent's earlier %v", d, early)
+	}
+	c.release()
+	late := early.Add(-30 * time.Second)
+	c, _ = g.enter(parent, time.Hour, late)
+	if d, _ := c.Deadline(); !d.Equal(late) {
+		t.Fatalf("Deadline %v, want the request's earlier %v", d, late)
+	}
+	c.release()
+	before := time.Now()
+	c, _ = g.enter(context.Background(), time.Hour, time.Time{})
+	if d, _ := c.Deadline(); d.Before(before.Add(time.Hour)) || d.After(time.Now().Add(time.Hour)) {
+		t.Fatalf("Deadline %v, want the default timeout from now", d)
+	}
+	c.release()
+
+	ctx := context.Background()
+	far := time.Now().Add(time.Hour)
+	if allocs := testing.AllocsPerRun(1000, func() {
+		c, _ := g.enter(ctx, time.Minute, far)
+		_ = c.Err()
+		c.release()
+	}); allocs > 1 {
+		t.Fatalf("%.1f allocations per call with a Request.Deadline, want 1", allocs)
+	}
+}
+
+// A call whose own deadline passed ends DeadlineExceeded even when its
+// parent ended after the deadline and before the deadline's timer ran (a
+// server answers at the deadline on its own timer and its request context
+// ends when it returns): noticed by Err or by the parent's hook. A parent
+// that ends before the deadline is still why the call ended.
+func TestCallCtxDeadlineBeforeParentEnd(t *testing.T) {
+	g := &callGate{}
+	g.init()
+	for _, viaHook := range []bool{false, true} {
+		parent, cancel := context.WithCancel(context.Background())
+		c := &callCtx{parent: parent, gate: g, deadline: time.Now().Add(-time.Millisecond), dl: true, own: true}
+		if viaHook {
+			_ = c.Done() // hooks the call onto the parent
+		}
+		cancel()
+		if viaHook {
+			waitDone(t, c.Done(), "the call after its parent ended")
+		}
+		if err := c.Err(); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("hook %v: Err %v, want DeadlineExceeded (the deadline passed first)", viaHook, err)
+		}
+	}
+	parent, cancel := context.WithCancel(context.Background())
+	c := &callCtx{parent: parent, gate: g, deadline: time.Now().Add(time.Hour), dl: true, own: true}
+	cancel()
+	if err := c.Err(); !errors.Is(err, context.Canceled) {
+		t.Errorf("a parent ended before the deadline: Err %v, want Canceled", err)
+	}
 }

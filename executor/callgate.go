@@ -62,14 +62,14 @@ func (g *callGate) init() {
 // ctx ends, when the tool closes, and timeout after now when ctx has no
 // deadline (0: no default timeout); false once shut began. The caller must
 // call the context's release when the call ends.
-func (g *callGate) enter(ctx context.Context, timeout time.Duration) (*callCtx, bool) {
+func (g *callGate) enter(ctx context.Context, timeout time.Duration, deadline time.Time) (*callCtx, bool) {
 	g.running.Add(1)
 	if g.closing.Load() {
 		g.leave()
 		return nil, false
 	}
 	g.init()
-	return newCallCtx(ctx, g, timeout), true
+	return newCallCtx(ctx, g, timeout, deadline), true
 }
 
 func (g *callGate) leave() {

@@ -119,10 +119,15 @@ type Request struct {
 
 	// Timeout and TimeoutSource name the call's deadline in a
 	// deadline-exceeded message (DeadlineMessage); they do not set it (the
-	// context does). Zero: the executor's default timeout, or the
-	// caller's context when it has a deadline.
+	// context or Deadline does). Zero: the executor's default timeout, or
+	// the caller's context when it has a deadline.
 	Timeout       time.Duration
 	TimeoutSource TimeoutSource
+	// Deadline, when set, ends the call as a context deadline would,
+	// without the caller deriving a context for it (the context's own
+	// deadline still applies when it is earlier): a server that answers at
+	// the deadline itself need not pay for a timer context per call.
+	Deadline time.Time
 
 	// Record, when set, records the call (docs/replay.md): it runs on a
 	// fresh instance and every host answer is kept; write the recording
@@ -218,7 +223,7 @@ func (t *Tool) finish(ctx context.Context, req *Request, res *Result, err error,
 func (t *Tool) invoke(ctx context.Context, req *Request, observed *CallContext) (*Result, error) {
 	// The call's context (a callCtx): ended by ctx, by Close and by the
 	// default timeout when ctx sets no deadline.
-	c, ok := t.calls.enter(ctx, t.exec.cfg.defaultTimeout)
+	c, ok := t.calls.enter(ctx, t.exec.cfg.defaultTimeout, req.Deadline)
 	if !ok || t.closed.Load() {
 		if ok {
 			c.release()

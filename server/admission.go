@@ -117,9 +117,11 @@ type slot struct {
 func (a *admission) tenantKey(tenant string) uint64 { return maphash.String(a.seed, tenant) }
 
 // enter takes the call's slots, waiting in its tenant's queue if there is
-// room. A refusal comes with the time after which a retry may succeed
-// (zero: the default); err is ctx's error when ctx ended while queued.
-func (a *admission) enter(ctx context.Context, tenant string, tool *toolSlots) (s slot, refused Refusal, retry time.Duration, err error) {
+// room until ctx ends or deadline (zero: none) passes. A refusal comes
+// with the time after which a retry may succeed (zero: the default); err
+// is ctx's error when ctx ended while queued, context.DeadlineExceeded
+// when the deadline passed.
+func (a *admission) enter(ctx context.Context, deadline time.Time, tenant string, tool *toolSlots) (s slot, refused Refusal, retry time.Duration, err error) {
 	key := a.tenantKey(tenant)
 	a.mu.Lock()
 	if a.cpuBudget > 0 {
@@ -159,16 +161,25 @@ func (a *admission) enter(ctx context.Context, tenant string, tool *toolSlots) (
 	}
 	a.mu.Unlock()
 
+	var expired <-chan time.Time
+	if !deadline.IsZero() {
+		tm := time.NewTimer(time.Until(deadline))
+		defer tm.Stop()
+		expired = tm.C
+	}
 	select {
 	case <-w.ready:
 		return slot{t, tool}, "", 0, nil
 	case <-ctx.Done():
+		err = ctx.Err()
+	case <-expired:
+		err = context.DeadlineExceeded
 	}
 	a.mu.Lock()
-	if w.granted { // granted as ctx ended: give the slots back
+	if w.granted { // granted as the wait ended: give the slots back
 		a.mu.Unlock()
 		a.leave(slot{t, tool}, 0)
-		return slot{}, "", 0, ctx.Err()
+		return slot{}, "", 0, err
 	}
 	for i, x := range t.waiters {
 		if x == w {
@@ -183,7 +194,7 @@ func (a *admission) enter(ctx context.Context, tenant string, tool *toolSlots) (
 	}
 	a.forget(t)
 	a.mu.Unlock()
-	return slot{}, "", 0, ctx.Err()
+	return slot{}, "", 0, err
 }
 
 // leave gives s back, charges the tenant cpuMs and hands the freed slots

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // BenchmarkAdmission is one call's admission (enter, then leave) when a
@@ -19,7 +20,7 @@ func BenchmarkAdmission(b *testing.B) {
 		a, tool := newAdmission(o), &toolSlots{cap: 12}
 		b.ReportAllocs()
 		for b.Loop() {
-			s, _, _, _ := a.enter(ctx, "tenant-1", tool)
+			s, _, _, _ := a.enter(ctx, time.Time{}, "tenant-1", tool)
 			a.leave(s, 0.5)
 		}
 	})
@@ -31,7 +32,7 @@ func BenchmarkAdmission(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			tenant := "tenant-" + strconv.Itoa(int(n.Add(1)%8))
 			for pb.Next() {
-				s, _, _, _ := a.enter(ctx, tenant, tool)
+				s, _, _, _ := a.enter(ctx, time.Time{}, tenant, tool)
 				a.leave(s, 0.5)
 			}
 		})

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -22,7 +23,7 @@ func enterAsync(t *testing.T, a *admission, tenant string, tool *toolSlots) chan
 	t.Helper()
 	ch := make(chan slot, 1)
 	go func() {
-		s, r, _, err := a.enter(context.Background(), tenant, tool)
+		s, r, _, err := a.enter(context.Background(), time.Time{}, tenant, tool)
 		if r != "" || err != nil {
 			t.Errorf("%s: refused %q, err %v", tenant, r, err)
 		}
@@ -51,7 +52,7 @@ func waitQueued(t *testing.T, a *admission, n int) {
 func TestAdmissionRoundRobin(t *testing.T) {
 	a := testAdmission(Options{MaxConcurrency: 1, QueueSize: 100, PerTenantConcurrency: 1, PerTenantQueue: 10})
 	tool := &toolSlots{cap: 10}
-	held, _, _, _ := a.enter(context.Background(), "x", tool)
+	held, _, _, _ := a.enter(context.Background(), time.Time{}, "x", tool)
 	type got struct {
 		tenant string
 		ch     chan slot
@@ -101,23 +102,23 @@ func TestAdmissionCeilings(t *testing.T) {
 	a := testAdmission(Options{MaxConcurrency: 4, QueueSize: 8, PerTenantConcurrency: 2, PerTenantQueue: 1})
 	t1, t2 := &toolSlots{cap: 1}, &toolSlots{cap: 4}
 	ctx := context.Background()
-	s1, r, _, _ := a.enter(ctx, "A", t1)
+	s1, r, _, _ := a.enter(ctx, time.Time{}, "A", t1)
 	if r != "" {
 		t.Fatal(r)
 	}
 	// t1 at its cap: A's second t1 call waits, its t2 call passes.
 	c := enterAsync(t, a, "A", t1)
 	waitQueued(t, a, 1)
-	s2, r, _, _ := a.enter(ctx, "A", t2)
+	s2, r, _, _ := a.enter(ctx, time.Time{}, "A", t2)
 	if r != "" {
 		t.Fatalf("a call to a free tool: %s", r)
 	}
 	// A at its ceiling (2) with one call queued: the next is refused.
-	if _, r, _, _ := a.enter(ctx, "A", t2); r != RefusedTenantQueue {
+	if _, r, _, _ := a.enter(ctx, time.Time{}, "A", t2); r != RefusedTenantQueue {
 		t.Fatalf("over A's queue: %q", r)
 	}
 	// B is not affected.
-	s3, r, _, _ := a.enter(ctx, "B", t2)
+	s3, r, _, _ := a.enter(ctx, time.Time{}, "B", t2)
 	if r != "" {
 		t.Fatalf("B: %s", r)
 	}
@@ -129,7 +130,7 @@ func TestAdmissionCeilings(t *testing.T) {
 	a.leave(<-c, 0)
 	// B at its ceiling: its third call waits although a slot is free, and
 	// runs when one of B's own ends.
-	s4, _, _, _ := a.enter(ctx, "B", t2)
+	s4, _, _, _ := a.enter(ctx, time.Time{}, "B", t2)
 	c = enterAsync(t, a, "B", t2)
 	waitQueued(t, a, 1)
 	if in, _, _ := a.stats(); in != 2 {
@@ -143,14 +144,38 @@ func TestAdmissionCeilings(t *testing.T) {
 	}
 }
 
+// A queued call whose deadline passes leaves the queue with
+// context.DeadlineExceeded at the deadline (its context still live), and
+// leaves no trace.
+func TestAdmissionDeadlineWhileQueued(t *testing.T) {
+	a := testAdmission(Options{MaxConcurrency: 1, QueueSize: 4, PerTenantConcurrency: 1, PerTenantQueue: 4})
+	tool := &toolSlots{cap: 1}
+	held, _, _, _ := a.enter(context.Background(), time.Time{}, "A", tool)
+	deadline := time.Now().Add(20 * time.Millisecond)
+	_, r, _, err := a.enter(context.Background(), deadline, "B", tool)
+	if r != "" || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("refused %q, err %v; want context.DeadlineExceeded", r, err)
+	}
+	if time.Now().Before(deadline) {
+		t.Fatal("left the queue before its deadline")
+	}
+	if _, q, n := a.stats(); q != 0 || n != 1 {
+		t.Fatalf("after the deadline: %d queued, %d tenants", q, n)
+	}
+	a.leave(held, 0)
+	if in, q, n := a.stats(); in != 0 || q != 0 || n != 0 {
+		t.Errorf("left over: %d running, %d queued, %d tenants", in, q, n)
+	}
+}
+
 // A call that gives up while queued leaves no trace.
 func TestAdmissionCancelledWhileQueued(t *testing.T) {
 	a := testAdmission(Options{MaxConcurrency: 1, QueueSize: 4, PerTenantConcurrency: 1, PerTenantQueue: 4})
 	tool := &toolSlots{cap: 1}
-	held, _, _, _ := a.enter(context.Background(), "A", tool)
+	held, _, _, _ := a.enter(context.Background(), time.Time{}, "A", tool)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if _, r, _, err := a.enter(ctx, "B", tool); r != "" || err == nil {
+	if _, r, _, err := a.enter(ctx, time.Time{}, "B", tool); r != "" || err == nil {
 		t.Fatalf("refused %q, err %v", r, err)
 	}
 	if _, q, n := a.stats(); q != 0 || n != 1 {
@@ -171,24 +196,24 @@ func TestAdmissionCPUBudget(t *testing.T) {
 	a.now = func() time.Time { return now }
 	tool := &toolSlots{cap: 4}
 	ctx := context.Background()
-	s, _, _, _ := a.enter(ctx, "A", tool)
+	s, _, _, _ := a.enter(ctx, time.Time{}, "A", tool)
 	a.leave(s, 60)
-	s, r, _, _ := a.enter(ctx, "A", tool)
+	s, r, _, _ := a.enter(ctx, time.Time{}, "A", tool)
 	if r != "" {
 		t.Fatalf("under the budget: %s", r)
 	}
 	a.leave(s, 60)
-	_, r, retry, _ := a.enter(ctx, "A", tool)
+	_, r, retry, _ := a.enter(ctx, time.Time{}, "A", tool)
 	if r != RefusedTenantCPU || retry != 7*time.Second {
 		t.Fatalf("over the budget: %q retry %v, want tenant-cpu-budget 7s", r, retry)
 	}
-	if s, r, _, _ := a.enter(ctx, "B", tool); r != "" {
+	if s, r, _, _ := a.enter(ctx, time.Time{}, "B", tool); r != "" {
 		t.Fatalf("another tenant: %s", r)
 	} else {
 		a.leave(s, 0)
 	}
 	now = now.Add(7 * time.Second) // the next window
-	if s, r, _, _ := a.enter(ctx, "A", tool); r != "" {
+	if s, r, _, _ := a.enter(ctx, time.Time{}, "A", tool); r != "" {
 		t.Fatalf("in the next window: %s", r)
 	} else {
 		a.leave(s, 0)
@@ -210,7 +235,7 @@ func TestAdmissionStateBounded(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer func() { <-sem; wg.Done() }()
-				s, r, _, err := a.enter(context.Background(), fmt.Sprintf("tenant-%08d-%s", from+i, "x"), tool)
+				s, r, _, err := a.enter(context.Background(), time.Time{}, fmt.Sprintf("tenant-%08d-%s", from+i, "x"), tool)
 				if r != "" || err != nil {
 					return
 				}
