@@ -172,4 +172,11 @@
 // for the call's duration. The recording starts with the instance's
 // initialisation answers, so replay on a fresh instance rebuilds the same
 // state.
+//
+// During the call a Recorder only keeps: the tool, the call context, the
+// input and output (not copied), the answers as they come. WriteTo makes
+// the header and the trailer and encodes them (finalize; the input and
+// output written as they are when they are compact JSON, lineWriter), so
+// a recording that is dropped — serve --record-failures' successful calls —
+// costs the call no encoding (docs/replay.md "Cost").
 package executor

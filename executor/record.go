@@ -160,7 +160,7 @@ type Recorder struct {
 
 	mu        sync.Mutex
 	inv       *invocation
-	header    RecordHeader
+	header    *RecordHeader // made by finalize
 	calls     []*RecordedCall
 	n         int // host answers so far, recorded or not
 	size      int64
@@ -168,10 +168,19 @@ type Recorder struct {
 	truncated *RecordTruncated
 	trailer   *RecordTrailer
 	secrets   []secretPattern
-	// Kept by begin and end, encoded by finalize (WriteTo).
-	started                 time.Time
-	input, settings, output []byte
-	final                   bool
+	// Kept by begin, start and end, encoded by finalize (WriteTo): a
+	// recording serve discards costs the call no encoding.
+	tool          *Tool
+	cc            CallContext
+	secretNames   []string
+	started       time.Time
+	input, output []byte
+	inputJSON     bool // input parsed as JSON (validated), so only its compactness is in question
+	ended         bool
+	fuel          int64
+	hostCalls     int
+	fault         *toolerr.Error
+	final         bool
 }
 
 type secretPattern struct{ value, placeholder string }
@@ -243,24 +252,14 @@ func headersMap(h http.Header) map[string]string {
 // monoBase is the origin of a recorded call's monotonic clock.
 var monoBase = time.Now()
 
-// begin fills the header from the tool and the request (Tool.invoke).
+// begin keeps what the header is made of (Tool.invoke): the tool, the
+// call context, the input and the secrets' values, for redaction from the
+// call's first answer on.
 func (r *Recorder) begin(t *Tool, req *Request) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	cc := req.Context
-	cc.Env, cc.Config, cc.Secrets = nil, nil, nil
-	r.header = RecordHeader{
-		Kind: "header", Format: RecordingFormat, Version: RecordingVersion,
-		ToolID: t.ID(), ToolVersion: t.m.Version, Style: string(t.Style()), Posture: string(t.posture),
-		ModuleDigest: t.digest, ManifestDigest: t.manifestDigest,
-		Manifest: r.opts.Manifest, Module: r.opts.Module,
-		Context:  cc,
-		MaxBytes: r.opts.MaxBytes,
-	}
+	r.tool, r.cc, r.input = t, req.Context, req.Input
 	r.started = time.Now()
-	if r.opts.ManifestDigest != "" {
-		r.header.ManifestDigest = r.opts.ManifestDigest
-	}
 	// The secrets the call may use, known before anything is written.
 	for name := range t.secretNames {
 		v, ok := req.Context.Secrets[name]
@@ -268,39 +267,59 @@ func (r *Recorder) begin(t *Tool, req *Request) {
 			v, ok = t.exec.cfg.egress.operatorSecret(t.ID(), name)
 		}
 		if ok && v != "" {
-			r.header.Secrets = append(r.header.Secrets, name)
+			r.secretNames = append(r.secretNames, name)
 			r.addSecret(name, v)
 		}
 	}
-	sort.Strings(r.header.Secrets)
-	// Encoded (compact or base64, redacted) when written: a recording
-	// serve discards costs no pass over the input.
-	r.input, r.header.Context.Settings = req.Input, nil
-	r.settings = cc.Settings
+	sort.Strings(r.secretNames)
 }
 
-// finalize encodes what begin and end kept for WriteTo; the caller holds
-// r.mu.
+// finalize makes the header and the trailer from what begin, start and
+// end kept, for WriteTo; the caller holds r.mu.
 func (r *Recorder) finalize() {
 	if r.final {
 		return
 	}
 	r.final = true
-	r.header.RecordedAt = r.started.UTC().Format(time.RFC3339)
-	r.header.Input = r.rawJSON(r.input)
-	if r.header.Input == nil && len(r.input) > 0 {
-		r.header.InputBase64 = r.redact(append([]byte(nil), r.input...))
+	r.header = &RecordHeader{}
+	t, h := r.tool, r.header
+	h.Kind, h.Format, h.Version = "header", RecordingFormat, RecordingVersion
+	if t != nil { // nil: the call never began (its tool was closed)
+		h.ToolID, h.ToolVersion, h.Style, h.Posture = t.ID(), t.m.Version, string(t.Style()), string(t.posture)
+		h.ModuleDigest, h.ManifestDigest = t.digest, t.manifestDigest
 	}
-	if len(r.settings) > 0 {
-		r.header.Context.Settings = r.rawJSON(r.settings)
+	if r.opts.ManifestDigest != "" {
+		h.ManifestDigest = r.opts.ManifestDigest
 	}
-	tr := r.trailer
+	h.Manifest, h.Module, h.MaxBytes = r.opts.Manifest, r.opts.Module, r.opts.MaxBytes
+	h.Secrets = r.secretNames
+	h.Context = r.cc
+	h.Context.Env, h.Context.Config, h.Context.Secrets, h.Context.Settings = nil, nil, nil, nil
+	h.RecordedAt = r.started.UTC().Format(time.RFC3339)
+	h.Input = r.rawJSONKnown(r.input, r.inputJSON)
+	if h.Input == nil && len(r.input) > 0 {
+		h.InputBase64 = r.redact(r.input)
+	}
+	if len(r.cc.Settings) > 0 {
+		h.Context.Settings = r.rawJSON(r.cc.Settings)
+	}
+	if inv := r.inv; inv != nil {
+		r.resolved(inv.env, inv.config)
+	}
+	tr := &RecordTrailer{Kind: "trailer", Outcome: "result", Fuel: r.fuel, HostCalls: r.hostCalls}
+	r.trailer = tr
+	if te := r.fault; te != nil {
+		tr.Outcome = string(te.Code)
+		tr.Error = &RecordedFault{Code: string(te.Code), Message: r.redactString(te.Message)}
+	}
 	if r.output != nil {
-		out := r.redact(append([]byte(nil), r.output...))
+		// A result's output is validated JSON (Result.Output), so only its
+		// compactness is in question.
+		out := r.redact(r.output)
 		sum := sha256.Sum256(out)
 		tr.OutputSha256 = hex.EncodeToString(sum[:])
 		tr.OutputBytes = len(out)
-		switch j := compactJSON(out); {
+		switch j := compactJSONKnown(out, true); {
 		case r.truncated != nil || r.size+int64(len(out)) > r.opts.MaxBytes:
 			// Past the cap the output is its hash alone (it is in the
 			// call's memory already; the file need not hold it).
@@ -345,7 +364,7 @@ func (r *Recorder) addSecret(name, value string) {
 }
 
 // redact returns b with every secret value replaced by its placeholder (b
-// itself when none occurs).
+// itself when none occurs: the caller copies what it must own).
 func (r *Recorder) redact(b []byte) []byte {
 	for _, p := range r.secrets {
 		if strings.Contains(string(b), p.value) {
@@ -359,20 +378,58 @@ func (r *Recorder) redactString(s string) string { return string(r.redact([]byte
 
 // rawJSON is b redacted when that is still JSON and compact (a JSON line
 // holds it byte for byte), else nil: the caller keeps the bytes in base64.
-func (r *Recorder) rawJSON(b []byte) json.RawMessage {
+// b is not copied (a recording holds the call's bytes until it is written).
+func (r *Recorder) rawJSON(b []byte) json.RawMessage { return r.rawJSONKnown(b, false) }
+
+// rawJSONKnown is rawJSON of b, known to be JSON when valid is set (a
+// validated input): redacting a secret's value or placeholder form keeps
+// it JSON (the forms are as written, JSON-escaped or percent-encoded, so
+// they sit inside strings), but when one was replaced it is checked in
+// full again.
+func (r *Recorder) rawJSONKnown(b []byte, valid bool) json.RawMessage {
 	if len(b) == 0 {
 		return nil
 	}
-	b = r.redact(append([]byte(nil), b...))
-	return compactJSON(b)
+	red := r.redact(b)
+	if len(red) != len(b) || (len(red) > 0 && &red[0] != &b[0]) {
+		valid = false
+	}
+	return compactJSONKnown(red, valid)
 }
 
 // compactJSON is b when it is compact JSON (encoding/json writes it back
 // unchanged), else nil.
-func compactJSON(b []byte) json.RawMessage {
-	var buf bytes.Buffer
-	if json.Compact(&buf, b) != nil || !bytes.Equal(buf.Bytes(), b) {
+func compactJSON(b []byte) json.RawMessage { return compactJSONKnown(b, false) }
+
+// compactJSONKnown is compactJSON of b, known to be valid JSON when valid
+// is set: then only its whitespace is looked at, in one pass that reads
+// nothing but quotes, backslashes and whitespace. With SetEscapeHTML(false)
+// json.Compact changes exactly the whitespace outside strings, so valid
+// JSON without such whitespace is what the encoder writes back unchanged.
+func compactJSONKnown(b []byte, valid bool) json.RawMessage {
+	if !valid && !json.Valid(b) {
 		return nil
+	}
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case ' ', '\t', '\n', '\r':
+			return nil
+		case '"': // to the closing quote: the next one not escaped
+			for {
+				j := bytes.IndexByte(b[i+1:], '"')
+				if j < 0 {
+					return nil // not JSON after all (valid was wrong)
+				}
+				i += 1 + j
+				k := i - 1
+				for k >= 0 && b[k] == '\\' {
+					k--
+				}
+				if (i-1-k)%2 == 0 {
+					break // an even run of backslashes escapes itself, not the quote
+				}
+			}
+		}
 	}
 	return json.RawMessage(b)
 }
@@ -381,22 +438,28 @@ func (r *Recorder) start(inv *invocation) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.inv = inv
-	if len(inv.env) > 0 {
-		r.header.Env = make(map[string]string, len(inv.env))
-		for k, v := range inv.env {
-			r.header.Env[k] = r.redactString(v)
+}
+
+// resolved puts the call's declared env and config values in the header
+// (finalize; the invocation keeps them, unchanged, after the call).
+func (r *Recorder) resolved(env map[string]string, config map[string][]byte) {
+	h := r.header
+	if len(env) > 0 {
+		h.Env = make(map[string]string, len(env))
+		for k, v := range env {
+			h.Env[k] = r.redactString(v)
 		}
 	}
-	if len(inv.config) > 0 {
-		r.header.Config = make(map[string]json.RawMessage, len(inv.config))
-		for k, v := range inv.config {
+	if len(config) > 0 {
+		h.Config = make(map[string]json.RawMessage, len(config))
+		for k, v := range config {
 			if j := r.rawJSON(v); j != nil {
-				r.header.Config[k] = j
+				h.Config[k] = j
 			} else {
-				if r.header.ConfigBase64 == nil {
-					r.header.ConfigBase64 = map[string][]byte{}
+				if h.ConfigBase64 == nil {
+					h.ConfigBase64 = map[string][]byte{}
 				}
-				r.header.ConfigBase64[k] = r.redact(append([]byte(nil), v...))
+				h.ConfigBase64[k] = r.redact(v)
 			}
 		}
 	}
@@ -535,22 +598,21 @@ func (b *recordedBody) Read(p []byte) (int, error) {
 
 func (b *recordedBody) Close() error { return b.src.Close() }
 
-// end writes the trailer from the call's outcome (Tool.finish).
-func (r *Recorder) end(res *Result, err error) {
+// end writes the trailer from the call's outcome (Tool.finish);
+// inputJSON says the input validated (so it is JSON: the validator's
+// decoder agrees with encoding/json, manifest.FuzzDecodeJSON).
+func (r *Recorder) end(res *Result, err error, inputJSON bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	tr := &RecordTrailer{Kind: "trailer", Outcome: "result", HostCalls: r.n}
+	r.inputJSON, r.ended, r.hostCalls = inputJSON, true, r.n
 	if res != nil {
-		tr.Fuel = res.Usage.Fuel
+		r.fuel = res.Usage.Fuel
 	}
 	if err != nil {
-		te := toolerr.As(err)
-		tr.Outcome = string(te.Code)
-		tr.Error = &RecordedFault{Code: string(te.Code), Message: r.redactString(te.Message)}
+		r.fault = toolerr.As(err)
 	} else if res != nil {
 		r.output = res.Output // encoded by finalize
 	}
-	r.trailer = tr
 }
 
 // WriteTo writes the recording as JSON lines (docs/replay.md). Call it once
@@ -558,28 +620,93 @@ func (r *Recorder) end(res *Result, err error) {
 func (r *Recorder) WriteTo(w io.Writer) (int64, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.trailer == nil {
+	if !r.ended {
 		return 0, errors.New("executor: the recorded call has not ended (WriteTo before Invoke returned)")
 	}
 	r.finalize()
-	bw := bufio.NewWriter(w)
-	cw := &countWriter{w: bw}
-	enc := json.NewEncoder(cw)
-	enc.SetEscapeHTML(false)
-	lines := []any{&r.header}
+	lw := lineWriters.Get().(*lineWriter)
+	lw.bw.Reset(w)
+	lw.n = 0
+	defer func() {
+		lw.bw.Reset(nil) // the pool keeps nothing of w
+		if lw.buf.Cap() <= 64<<10 {
+			lineWriters.Put(lw) // nor a large line's buffer
+		}
+	}()
+	if err := lw.line(r.header, `"input":`, &r.header.Input); err != nil {
+		return lw.n, err
+	}
 	for _, c := range r.calls {
-		lines = append(lines, c)
-	}
-	if r.truncated != nil {
-		lines = append(lines, r.truncated)
-	}
-	lines = append(lines, r.trailer)
-	for _, l := range lines {
-		if err := enc.Encode(l); err != nil {
-			return cw.n, err
+		if err := lw.line(c, "", nil); err != nil {
+			return lw.n, err
 		}
 	}
-	return cw.n, bw.Flush()
+	if r.truncated != nil {
+		if err := lw.line(r.truncated, "", nil); err != nil {
+			return lw.n, err
+		}
+	}
+	if err := lw.line(r.trailer, `"output":`, &r.trailer.Output); err != nil {
+		return lw.n, err
+	}
+	return lw.n, lw.bw.Flush()
+}
+
+// lineWriter writes a recording's JSON lines (WriteTo); pooled, as a
+// kept recording of a short call costs more in allocation than in bytes.
+type lineWriter struct {
+	bw  *bufio.Writer
+	buf bytes.Buffer
+	enc *json.Encoder
+	n   int64
+}
+
+var lineWriters = sync.Pool{New: func() any {
+	lw := &lineWriter{bw: bufio.NewWriterSize(nil, 16<<10)}
+	lw.enc = json.NewEncoder(&lw.buf)
+	lw.enc.SetEscapeHTML(false)
+	return lw
+}}
+
+// line writes v as one JSON line. A raw field (key, *raw: the input, the
+// output, already checked compact by finalize) is written as it is in the
+// place of the encoding of 0 that stands for it while v is encoded:
+// encoding/json would check and copy the bytes once more (it compacts what
+// a json.Marshaler returns). The key cannot occur earlier in the line, as
+// a quote inside a string value is escaped.
+func (lw *lineWriter) line(v any, key string, raw *json.RawMessage) error {
+	lw.buf.Reset()
+	var val json.RawMessage
+	if raw != nil && len(*raw) > 0 {
+		val = *raw
+		*raw = json.RawMessage("0")
+		defer func() { *raw = val }()
+	}
+	if err := lw.enc.Encode(v); err != nil {
+		return err
+	}
+	b := lw.buf.Bytes()
+	if val != nil {
+		i := bytes.Index(b, []byte(key+"0"))
+		if i < 0 {
+			return errors.New("executor: recording line lost its " + key + " field")
+		}
+		i += len(key)
+		if err := lw.write(b[:i]); err != nil {
+			return err
+		}
+		if err := lw.write(val); err != nil {
+			return err
+		}
+		b = b[i+1:]
+	}
+	return lw.write(b)
+}
+
+func (lw *lineWriter) write(p []byte) error {
+	n, err := lw.bw.Write(p)
+	lw.n += int64(n)
+	return err
 }
 
 // Truncated reports whether the recording reached its cap.
@@ -587,17 +714,6 @@ func (r *Recorder) Truncated() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.truncated != nil
-}
-
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
 }
 
 // startTape makes the call's recorder or replayer its tape (Tool.invoke).

@@ -525,3 +525,111 @@ func TestRecordOnPooledInstances(t *testing.T) {
 		})
 	}
 }
+
+// The header's input and the trailer's output are written byte for byte
+// in their place (WriteTo splices them into the encoded line): strings
+// holding quotes, backslashes, spaces, HTML characters and the key itself
+// stay as they were, and a path before the input that holds the key does
+// not catch the splice.
+func TestRecordRawFieldsByteForByte(t *testing.T) {
+	tool := load(t, newExecutor(t), "echo_reactor", nil)
+	in := `{"data":"a \"input\":0 \\\" \"output\":0 <&> ü\u2028 ,\"x\": 1"}`
+	res, b, err := record(t, tool, executor.Request{Input: []byte(in)}, executor.RecordOptions{Manifest: `/m/"input":0 x.json`, Module: `C:\"input":0`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	for i, l := range lines {
+		if !json.Valid([]byte(l)) {
+			t.Fatalf("line %d is not JSON: %s", i+1, l)
+		}
+	}
+	if !strings.Contains(lines[0], `"input":`+in+`,`) || !strings.Contains(lines[len(lines)-1], `"output":`+string(res.Output)+`,`) {
+		t.Fatalf("raw fields not in place:\n%s", b)
+	}
+	rec := parseRecording(t, b)
+	if string(rec.Header.Input) != in || rec.Header.Manifest != `/m/"input":0 x.json` || rec.Header.Module != `C:\"input":0` {
+		t.Fatalf("header input %s manifest %q module %q", rec.Header.Input, rec.Header.Manifest, rec.Header.Module)
+	}
+	if !bytes.Equal(rec.Trailer.Output, res.Output) || string(res.Output) != in {
+		t.Fatalf("trailer output %s, result %s", rec.Trailer.Output, res.Output)
+	}
+	if rep := replay(t, tool, b); !rep.Identical {
+		t.Fatalf("replay: %q", rep.Divergence)
+	}
+	// Written twice, the same bytes (WriteTo restores what it spliced).
+	rec2 := executor.NewRecorder(executor.RecordOptions{})
+	if _, err := tool.Invoke(context.Background(), executor.Request{Input: []byte(in), Record: rec2, Context: executor.CallContext{TenantID: "t1", RunID: "r1"}}); err != nil {
+		t.Fatal(err)
+	}
+	var w1, w2 bytes.Buffer
+	n1, err1 := rec2.WriteTo(&w1)
+	n2, err2 := rec2.WriteTo(&w2)
+	if err1 != nil || err2 != nil || !bytes.Equal(w1.Bytes(), w2.Bytes()) || n1 != int64(w1.Len()) || n2 != n1 {
+		t.Fatalf("two writes: %v %v, %d and %d bytes of %d:\n%s\n%s", err1, err2, n1, n2, w1.Len(), w1.Bytes(), w2.Bytes())
+	}
+}
+
+// Recording costs nothing when off: an unrecorded call on a recordable
+// executor (Config.WithRecordable, serve --record-failures) allocates
+// exactly what one on a plain executor does: for a WAT echo, a Go guest,
+// and a WAT reactor that reads the clock and random bytes in every call
+// (through the instance's switch, switchTape, on the recordable one).
+func TestRecordingOffAllocatesNothing(t *testing.T) {
+	for _, tc := range []struct{ fixture, input string }{
+		{"echo_reactor", `{"data":"x"}`},
+		{"go_echo_reactor", `{"a":1}`},
+		{"replay_clock_random", `{}`}, // a clock reading and 8 random bytes per call
+	} {
+		t.Run(tc.fixture, func(t *testing.T) {
+			req := executor.Request{Input: []byte(tc.input), Context: executor.CallContext{TenantID: "t1", RunID: "r1"}}
+			var tools [2]*executor.Tool // plain, recordable
+			for i := range tools {
+				e := newExecutor(t, func(c executor.Config) executor.Config { return c.WithRecordable(i == 1) })
+				tools[i] = load(t, e, tc.fixture, nil)
+				for j := 0; j < 20; j++ {
+					if _, err := tools[i].Invoke(context.Background(), req); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			// The least of 5 alternating measurements each: AllocsPerRun
+			// counts the process's allocations, and background work (a
+			// pool's refill, the test runner) adds some to any of them.
+			least := [2]float64{1e9, 1e9}
+			for round := 0; round < 5; round++ {
+				for i, tool := range tools {
+					least[i] = min(least[i], testing.AllocsPerRun(100, func() { _, _ = tool.Invoke(context.Background(), req) }))
+				}
+			}
+			plain, recordable := least[0], least[1]
+			t.Logf("allocs per call: %.1f plain, %.1f recordable", plain, recordable)
+			if recordable != plain {
+				t.Errorf("an unrecorded call on a recordable executor allocates %.1f, on a plain one %.1f", recordable, plain)
+			}
+		})
+	}
+}
+
+// A call on a closed tool never begins: its recording still writes (a
+// header without the tool's fields and a trailer with the failure) rather
+// than failing WriteTo.
+func TestRecordClosedTool(t *testing.T) {
+	tool := load(t, newExecutor(t), "echo_reactor", nil)
+	if err := tool.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rec := executor.NewRecorder(executor.RecordOptions{})
+	_, err := tool.Invoke(context.Background(), executor.Request{Input: []byte(`{"data":"x"}`), Record: rec})
+	if err == nil {
+		t.Fatal("a call on a closed tool succeeded")
+	}
+	var buf bytes.Buffer
+	if _, err := rec.WriteTo(&buf); err != nil {
+		t.Fatalf("WriteTo: %v", err)
+	}
+	r := parseRecording(t, buf.Bytes())
+	if r.Trailer.Outcome != "internal-error" || r.Header.Format != executor.RecordingFormat {
+		t.Fatalf("recording of a closed tool's call:\n%s", buf.Bytes())
+	}
+}

@@ -210,7 +210,7 @@ func (t *Tool) finish(ctx context.Context, req *Request, res *Result, err error,
 		err = te.WithTool(t.ID())
 	}
 	if req.Record != nil {
-		req.Record.end(res, err)
+		req.Record.end(res, err, req.validated != nil)
 	}
 	if err != nil {
 		return res, err
