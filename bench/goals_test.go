@@ -14,9 +14,10 @@ import (
 	"github.com/sandboxd/sandboxd/executor"
 )
 
-// Issue 17's table, row by row: every section that measures one of its
-// rows records the figure against the goal here (and says met or not met
-// beside its own table); the report ends with all of them in one table.
+// Issue 17's table, row by row, and issue 28's recording rows: every
+// section that measures one of its rows records the figure against the
+// goal here (and says met or not met beside its own table); the report
+// ends with all of them in one table.
 
 // goalRow is one measured row against its goal.
 type goalRow struct {
@@ -56,7 +57,7 @@ func ratioOf(a, b time.Duration) float64 {
 }
 
 func writeGoals(r *report) {
-	r.p("## Issue 17: every row against its goal")
+	r.p("## Issues 17 and 28: every row against its goal")
 	r.p("")
 	r.p("Each figure is this run's (the section above it says how it was measured).")
 	r.p("")

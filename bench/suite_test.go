@@ -32,8 +32,8 @@ import (
 var out = flag.String("out", "", "run the whole suite and write the report (BENCHMARKS.md) to this path")
 
 // only names the sections to run (comma-separated: perCall, interruption,
-// instantiation, coldStart, throughput, serving, memory, extism), for a
-// quick look at one; make bench runs them all.
+// instantiation, coldStart, throughput, serving, memory, recording,
+// extism), for a quick look at one; make bench runs them all.
 var only = flag.String("only", "", "run only these sections of the suite (comma-separated), for a partial report")
 
 // childEnv selects the fresh-process compile measurement (see compileChild).
@@ -90,7 +90,8 @@ func TestSuite(t *testing.T) {
 	}{
 		{"perCall", perCall}, {"interruption", interruption}, {"instantiation", instantiation},
 		{"coldStart", coldStart}, {"throughput", throughput}, {"serving", serving},
-		{"memory", memory}, {"extism", extismPluginRows}, // extism_plugins_test.go
+		{"memory", memory}, {"recording", recording}, // recording_test.go
+		{"extism", extismPluginRows}, // extism_plugins_test.go
 	} {
 		if *only == "" || slices.Contains(strings.Split(*only, ","), s.name) {
 			s.run(t, r)
