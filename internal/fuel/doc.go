@@ -30,11 +30,13 @@
 //
 //	local.get $d; i64.const C; i64.sub; local.tee $d; i64.const 0; i64.lt_s
 //	if
+//	  save                   ;; at the entry: the parameters (Carrying locals)
 //	  local.get $d; global.get $limit; i64.add; global.set $fuel
 //	  call $refill
 //	  global.get $fuel; global.get $limit; i64.lt_s
 //	  if unreachable end
 //	  global.get $fuel; global.get $limit; i64.sub; local.set $d
+//	  restore
 //	end
 //
 // A loop whose block type takes no parameters is versioned instead (see
@@ -88,12 +90,14 @@
 //	      end
 //	      br $exit
 //	    end
+//	    save                 ;; the locals the loop sets (Carrying locals)
 //	    local.get $d; global.get $limit; i64.add; global.set $fuel
 //	    call $refill
 //	    global.get $fuel; global.get $limit; i64.lt_s
 //	    if unreachable end
 //	    global.get $fuel; global.get $limit; i64.sub
 //	    i64.const C; i64.add; local.set $d
+//	    restore
 //	    br $outer
 //	  end
 //	end
@@ -112,6 +116,12 @@
 // each of its locals paid a load and a store per iteration); versioned, the
 // call is in the outer loop, which the hot path never enters.
 //
+// Even so, the register allocator stores a value that is live across a
+// call to its stack slot where the value is defined, and for a value the
+// loop carries (a local it sets: a parameter of the header's block) that
+// is on every branch back to the header; so the refill path carries those
+// locals across its call itself (see Carrying locals across refill).
+//
 // The body's branches to labels outside the loop get their depths raised
 // by 3 for each versioned loop they leave (shiftBranch); branches to the
 // loop itself (continue) and to frames inside it are unchanged. So no
@@ -124,6 +134,46 @@
 // check: br_if $refill would drop its parameters. So does every loop of a function that
 // keeps its count in the global (one with a try_table, whose catch clauses
 // name labels too).
+//
+// # Carrying locals across refill
+//
+// Since pass version 10. In a function that keeps its count in a local,
+// the refill path of the entry's check carries the function's parameters
+// (when it has at most 16), and the refill path of a versioned loop every
+// local that the loop's body sets (in nested loops too), across the call
+// of $refill on the operand stack: save pushes, for each such local of a
+// number or vector type in order, a new value of its bits, at least 64
+// wide,
+//
+//	i32: local.get $l; i64.extend_i32_u
+//	i64: local.get $l; i64.const 0; i64.or
+//	f32: local.get $l; i32.reinterpret_f32; i64.extend_i32_u
+//	f64: local.get $l; local.get $l; f64.copysign
+//	v128: local.get $l; local.get $l; v128.or
+//
+// and restore, after the reload of $d, pops them back, the last first
+// (i32.wrap_i64, then f32.reinterpret_i32 for an f32; local.set $l). No
+// operation is arithmetic, so every bit is kept (no NaN is quieted:
+// TestRefillCarriesLocals); a local of a reference type is not carried.
+// They cost no fuel (a refill path has no charge) and change no value.
+//
+// They are for wazero's register allocator (wazevo), which stores a value
+// live across a call to its stack slot where the value is defined: a
+// parameter at the function's entry, a local a loop sets on every branch
+// back to the loop's header (it is a parameter of the header's block).
+// With save and restore what is live across the call is the pushed values,
+// defined and stored on the refill path only, and the hot path stores
+// nothing for it. Before version 10 a Go dispatch loop stored every local
+// it set on every iteration (the closure shape of BenchmarkGoLoopShapes ran
+// 1.5x plain), and every function stored its parameters at its entry. The
+// values are 64 bits wide because wazevo gives a 32-bit value a 4-byte
+// slot, after which every 8-byte slot is misaligned; a Go function's i32
+// parameter, stored at the entry first, misaligned all the others, and a
+// misaligned store that crosses a cache line is slow: with 4-byte slots
+// the range slice shape ran 1.2x or 1.5x plain as the frame's size
+// changed, which it no longer does. The locals carried in all of a function's loops are at most a
+// quarter of its body's size in number: the loops past that bound (in the
+// order their ends come) carry none.
 //
 // # Charge per segment
 //

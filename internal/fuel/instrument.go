@@ -11,9 +11,10 @@ import (
 
 // Version identifies the pass. It changes whenever Instrument's output for
 // some input changes, or could (version 8: the pass reads with
-// wasmbin.ScanExpr; version 9: charge per segment); a cache of instrumented modules keys on it together
-// with the input's digest.
-const Version = 9
+// wasmbin.ScanExpr; version 9: charge per segment; version 10: refill
+// paths carry locals across the call); a cache of
+// instrumented modules keys on it together with the input's digest.
+const Version = 10
 
 // Reserved export names the pass adds. A module that exports any name
 // beginning with ReservedPrefix is refused, whether or not it is resettable:
@@ -245,7 +246,7 @@ func (m *Module) instrument(o options) (*Stats, error) {
 		}
 		s.Raw = raw
 	}
-	params := m.paramCounts()
+	params := m.paramTypes()
 	if code := m.section(secCode); code != nil {
 		if params == nil {
 			return nil, fmt.Errorf("%w: function types the pass cannot read", ErrUnsupported)
@@ -255,10 +256,11 @@ func (m *Module) instrument(o options) (*Stats, error) {
 			// room for one more local.
 			fchk := *chk
 			fchk.local = -1
-			n := uint64(params[i]) + localsOf(&code.Funcs[i])
+			n := uint64(len(params[i])) + localsOf(&code.Funcs[i])
 			if n < maxLocals {
 				fchk.local = int64(n)
 			}
+			fchk.params, fchk.groups = params[i], code.Funcs[i].Locals
 			expr, n2, err := transformExpr(code.Funcs[i].Expr, remap, &fchk, bounds{globals: fuel, locals: n})
 			if err == nil && fchk.local >= 0 {
 				code.Funcs[i].Locals = append(code.Funcs[i].Locals, LocalGroup{Count: 1, Type: 0x7e})
@@ -344,12 +346,12 @@ func checkTables(raw []byte) error {
 	return nil
 }
 
-// paramCounts returns the number of parameters of each function the module
+// paramTypes returns the parameter types of each function the module
 // defines, in order, or nil when the type or function section holds
 // something other than plain function types (the pass then keeps the
 // counter in the global only).
-func (m *Module) paramCounts() []uint32 {
-	var params []uint32
+func (m *Module) paramTypes() [][]byte {
+	var params [][]byte
 	if s := m.section(secType); s != nil {
 		r := wasmbin.NewReader(s.Raw, 0)
 		n, err := r.Count(3)
@@ -361,19 +363,24 @@ func (m *Module) paramCounts() []uint32 {
 				return nil
 			}
 			np, err := r.Count(1)
-			if err != nil || u32sValtypes(r, np) != nil {
+			if err != nil {
 				return nil
 			}
+			at := r.Offset()
+			if u32sValtypes(r, np) != nil {
+				return nil
+			}
+			ps := s.Raw[at:r.Offset()] // one byte per value type
 			nr, err := r.Count(1)
 			if err != nil || u32sValtypes(r, nr) != nil {
 				return nil
 			}
-			params = append(params, np)
+			params = append(params, ps)
 		}
 	}
 	code := m.section(secCode)
 	if code == nil {
-		return []uint32{}
+		return [][]byte{}
 	}
 	s := m.section(secFunction)
 	if s == nil {
@@ -384,7 +391,7 @@ func (m *Module) paramCounts() []uint32 {
 	if err != nil || int(n) != len(code.Funcs) {
 		return nil
 	}
-	out := make([]uint32, n)
+	out := make([][]byte, n)
 	for i := range out {
 		t, err := r.U32()
 		if err != nil || int(t) >= len(params) {

@@ -27,6 +27,26 @@ type checker struct {
 	local                      int64
 	bulk                       *helpers // the module's bulk and growth helpers
 	plainLoops                 bool     // never version loops (options)
+	// params and groups are the function's parameter types and local
+	// declarations (localType).
+	params []byte
+	groups []LocalGroup
+}
+
+// localType returns the value type of local idx of the function, or 0 when
+// it has none (an index beyond its locals).
+func (c *checker) localType(idx uint32) byte {
+	if int64(idx) < int64(len(c.params)) {
+		return c.params[idx]
+	}
+	n := uint64(idx) - uint64(len(c.params))
+	for _, g := range c.groups {
+		if n < uint64(g.Count) {
+			return g.Type
+		}
+		n -= uint64(g.Count)
+	}
+	return 0
 }
 
 // transformExpr returns expr with function indices renumbered and, when chk
@@ -70,6 +90,10 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 		loop      bool
 	}
 	stack := []frame{{}}
+	// written[level] lists the locals that a versioned loop's body (nested
+	// loops included) sets, each once (see appendLoopClose).
+	written := map[int][]uint32{}
+	seen := map[[2]int64]bool{}
 	r := wasmbin.NewReader(expr, 0)
 	// Edits of kind editSync write the global from the local before an
 	// instruction that leaves the function or calls out of it; editReload
@@ -94,6 +118,14 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 				}
 				if err != nil && bad == nil {
 					bad = err
+				}
+				if err == nil && (op == 0x21 || op == 0x22) {
+					for _, f := range stack {
+						if f.versioned && !seen[[2]int64{int64(f.level), int64(idx)}] {
+							seen[[2]int64{int64(f.level), int64(idx)}] = true
+							written[f.level] = append(written[f.level], idx)
+						}
+					}
 				}
 			case 0x11: // call_indirect
 				sync(start)
@@ -199,9 +231,13 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 		if chk.local >= 0 {
 			out = chk.reload(out)
 		}
-		out = chk.append(out, costs[0])
+		out = chk.appendEntry(out, costs[0])
 		checks++
 	}
+	// The copies of locals on the refill paths of versioned loops
+	// (appendLoopClose) are bounded by the size of the body: at most one
+	// per byte of it in all.
+	copyBudget := len(expr) / 4
 	prev := 0
 	for _, e := range edits {
 		out = append(out, expr[prev:e.start]...)
@@ -227,7 +263,11 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 			}
 		case editLoopClose:
 			if version {
-				out = chk.appendLoopClose(out, costs[e.level])
+				var copies []uint32
+				if w := written[e.level]; len(w) <= copyBudget {
+					copies, copyBudget = w, copyBudget-len(w)
+				}
+				out = chk.appendLoopClose(out, costs[e.level], copies)
 			}
 		case editBranch:
 			if version {
@@ -368,9 +408,10 @@ func (c *checker) appendLoopCheck(b []byte, cost int64) []byte {
 
 // appendLoopClose appends what follows a versioned loop's end: br $exit,
 // the end of $refill, the refill path and the ends of $outer and $exit.
-func (c *checker) appendLoopClose(b []byte, cost int64) []byte {
+func (c *checker) appendLoopClose(b []byte, cost int64, copies []uint32) []byte {
 	gget := func(b []byte, g uint32) []byte { return wasmbin.AppendULEB(append(b, 0x23), uint64(g)) }
 	b = append(b, 0x0c, 0x02, 0x0b) // br 2 ($exit), end ($refill)
+	b = c.appendSave(b, copies)
 	b = c.sync(b)
 	b = wasmbin.AppendULEB(append(b, 0x10), uint64(c.refill)) // call $refill
 	b = gget(gget(b, c.fuel), c.limit)
@@ -380,8 +421,91 @@ func (c *checker) appendLoopClose(b []byte, cost int64) []byte {
 	b = wasmbin.AppendSLEB(b, max(cost, 1))
 	b = append(b, 0x7c, 0x21) // i64.add, local.set $d
 	b = wasmbin.AppendULEB(b, uint64(c.local))
+	b = c.appendRestore(b, copies)
 	return append(b, 0x0c, 0x00, 0x0b, 0x0b) // br 0 ($outer), end ($outer), end ($exit)
 }
+
+// carried reports whether appendSave carries a local of type t: a number
+// or a vector (a reference cannot be copied by an operation).
+func carried(t byte) bool {
+	switch t {
+	case 0x7f, 0x7e, 0x7d, 0x7c, 0x7b:
+		return true
+	}
+	return false
+}
+
+// appendSave pushes, for each local of ls of a number or vector type (see
+// carried), a new value holding its bits, 64 bits wide or more: an i32 or
+// f32 zero-extended to an i64 (f32 through i32.reinterpret_f32), an i64 or'd
+// with 0, an f64 copysign'd with itself (no arithmetic: no NaN is quieted),
+// a v128 or'd with itself. appendRestore pops them back into the locals.
+// Between the two comes a call of $refill: what is live across it is then
+// these values, defined on the refill path, not the locals' own (see Loop
+// versioning).
+func (c *checker) appendSave(b []byte, ls []uint32) []byte {
+	for _, l := range ls {
+		t := c.localType(l)
+		if !carried(t) {
+			continue
+		}
+		b = wasmbin.AppendULEB(append(b, 0x20), uint64(l)) // local.get l
+		switch t {
+		case 0x7f:
+			b = append(b, 0xad) // i64.extend_i32_u
+		case 0x7e:
+			b = append(b, 0x42, 0x00, 0x84) // i64.const 0; i64.or
+		case 0x7d:
+			b = append(b, 0xbc, 0xad) // i32.reinterpret_f32; i64.extend_i32_u
+		case 0x7c:
+			b = wasmbin.AppendULEB(append(b, 0x20), uint64(l))
+			b = append(b, 0xa6) // local.get l; f64.copysign
+		case 0x7b:
+			b = wasmbin.AppendULEB(append(b, 0x20), uint64(l))
+			b = append(b, 0xfd, 0x50) // local.get l; v128.or
+		}
+	}
+	return b
+}
+
+// appendRestore pops what appendSave pushed for ls back into the locals,
+// the last first.
+func (c *checker) appendRestore(b []byte, ls []uint32) []byte {
+	for i := len(ls) - 1; i >= 0; i-- {
+		l := ls[i]
+		switch c.localType(l) {
+		case 0x7f:
+			b = append(b, 0xa7) // i32.wrap_i64
+		case 0x7d:
+			b = append(b, 0xa7, 0xbe) // i32.wrap_i64; f32.reinterpret_i32
+		case 0x7e, 0x7c, 0x7b:
+		default:
+			continue
+		}
+		b = wasmbin.AppendULEB(append(b, 0x21), uint64(l)) // local.set l
+	}
+	return b
+}
+
+// appendEntry appends the check at a function's entry: the plain check
+// (append) whose refill path, in a function that keeps its count in a
+// local, carries the parameters across the call of $refill (appendSave),
+// when there are at most maxCarriedParams of them.
+func (c *checker) appendEntry(b []byte, cost int64) []byte {
+	if c.local < 0 || len(c.params) == 0 || len(c.params) > maxCarriedParams {
+		return c.append(b, cost)
+	}
+	ps := make([]uint32, len(c.params))
+	for i := range ps {
+		ps[i] = uint32(i)
+	}
+	return c.appendLocalCarrying(b, max(cost, 1), ps)
+}
+
+// maxCarriedParams bounds the parameters the entry check carries across
+// refill (appendEntry), so that the code it adds per function is bounded
+// whatever the type.
+const maxCarriedParams = 16
 
 // opWeight is the fuel an instruction costs: 1, or more for the
 // instructions that take several times longer than the rest (measured by
@@ -446,6 +570,12 @@ func (c *checker) sync(b []byte) []byte {
 // trapping function spent since its last sync, so the fuel reported for
 // such a failed call can be lower than the work done.
 func (c *checker) appendLocal(b []byte, cost int64) []byte {
+	return c.appendLocalCarrying(b, cost, nil)
+}
+
+// appendLocalCarrying is appendLocal with the locals ls carried across the
+// call of $refill (appendSave, appendRestore).
+func (c *checker) appendLocalCarrying(b []byte, cost int64, ls []uint32) []byte {
 	gget := func(b []byte, g uint32) []byte { return wasmbin.AppendULEB(append(b, 0x23), uint64(g)) }
 	b = wasmbin.AppendULEB(append(b, 0x20), uint64(c.local)) // local.get $d
 	b = append(b, 0x42)                                      // i64.const
@@ -453,12 +583,14 @@ func (c *checker) appendLocal(b []byte, cost int64) []byte {
 	b = append(b, 0x7d, 0x22) // i64.sub, local.tee
 	b = wasmbin.AppendULEB(b, uint64(c.local))
 	b = append(b, 0x42, 0x00, 0x53, 0x04, 0x40) // i64.const 0, i64.lt_s, if (empty)
+	b = c.appendSave(b, ls)
 	b = c.sync(b)
 	b = append(b, 0x10) // call
 	b = wasmbin.AppendULEB(b, uint64(c.refill))
 	b = gget(gget(b, c.fuel), c.limit)
 	b = append(b, 0x53, 0x04, 0x40, 0x00, 0x0b) // i64.lt_s, if, unreachable, end
 	b = c.reload(b)
+	b = c.appendRestore(b, ls)
 	return append(b, 0x0b)
 }
 

@@ -5,9 +5,13 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
 
 	"github.com/sandboxd/sandboxd/internal/wasmbin"
 )
@@ -59,6 +63,7 @@ func TestLoopVersioningShapes(t *testing.T) {
 	want := map[string][2]int{ // function: versioned, plain loops
 		"nested": {2, 0}, "results": {2, 0}, "params": {1, 1},
 		"spin_nested": {2, 0}, "spin_result": {2, 0}, "spin_params": {1, 1},
+		"typed": {1, 0},
 	}
 	for _, file := range []string{"testdata/wat/loops.wasm", "testdata/wat/loops_spin.wasm"} {
 		for _, plainLoops := range []bool{false, true} {
@@ -97,12 +102,75 @@ func TestLoopVersioningDifferential(t *testing.T) {
 		t.Fatal("ran out of fuel")
 	}
 	out := runModule(t, mustInstrumentBytes(t, bin), runOpts{metered: true, budget: diffBudget})
-	for _, want := range []string{"nested: [", "results: [", "params: ["} {
+	for _, want := range []string{"nested: [", "results: [", "params: [", "typed: ["} {
 		if !strings.Contains(out.String(), want) || strings.Contains(out.String(), "error") {
 			t.Fatalf("outcome lacks %q or has an error:\n%s", want, out)
 		}
 	}
 	t.Logf("\n%s", out)
+}
+
+// TestRefillCarriesLocals: the refill paths of a function's entry and of
+// a versioned loop carry the function's parameters and the locals the loop
+// sets, of each number and vector type, across the call of refill on the
+// operand stack (appendSave, appendRestore), and keep every bit: loops.wat's
+// typed, whose locals pass through signalling NaNs with payloads and
+// negative zero, returns what it returns plain after a refill at its entry
+// and a dozen in its loop. On pass versions before 10 (nothing carried) the
+// first half fails.
+func TestRefillCarriesLocals(t *testing.T) {
+	bin := readFile(t, "testdata/wat/loops.wasm")
+	out, _ := mustInstrument(t, bin)
+	m, err := Decode(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	typed := slices.Index(exportNames(t, bin, KindFunc), "typed")
+	if typed < 0 {
+		t.Fatal("loops.wasm exports no typed")
+	}
+	body := string(m.section(secCode).Funcs[typed].Expr)
+	for what, seq := range map[string]string{
+		// $seed i32: local.get; i64.extend_i32_u; $g f32: local.get;
+		// i32.reinterpret_f32; i64.extend_i32_u
+		"entry save":    "\x20\x00\xad\x20\x01\xbc\xad",
+		"entry restore": "\xa7\xbe\x21\x01\xa7\x21\x00",
+		// $i i32, $a i64 (i64.const 0; i64.or), $f f32, $d f64
+		// (local.get; f64.copysign), $v v128 (local.get; v128.or)
+		"loop save":    "\x20\x02\xad\x20\x03\x42\x00\x84\x20\x04\xbc\xad\x20\x05\x20\x05\xa6\x20\x06\x20\x06\xfd\x50",
+		"loop restore": "\x21\x06\x21\x05\xa7\xbe\x21\x04\x21\x03\xa7\x21\x02",
+	} {
+		if n := strings.Count(body, seq); n != 1 {
+			t.Errorf("%s (% x): %d in the output, want 1", what, seq, n)
+		}
+	}
+
+	ctx := context.Background()
+	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCoreFeatures(api.CoreFeaturesV2))
+	defer r.Close(ctx)
+	plain, err := r.Instantiate(ctx, bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const seed, g = 0x9e3779b9, 0xff800001 // g: a signalling NaN
+	want, err := plain.ExportedFunction("typed").Call(ctx, seed, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod, meter := instance(t, bin)
+	meter.Set(Unlimited)
+	// One unit above the floor: the entry's check refills.
+	meter.limit.Set(uint64(Unlimited - 1))
+	got, err := mod.ExportedFunction("typed").Call(meter.Context(ctx), seed, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spent := Unlimited - meter.Remaining(); spent < 4*Slice {
+		t.Fatalf("typed spent %d fuel: fewer than 4 refills on its way", spent)
+	}
+	if got[0] != want[0] {
+		t.Fatalf("typed returned %#x metered, %#x plain", got[0], want[0])
+	}
 }
 
 // TestLoopVersioningKeepsFuel: versioned loops spend exactly the fuel of

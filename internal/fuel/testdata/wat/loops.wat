@@ -81,4 +81,32 @@
         (drop (br_if 2 (i32.add (local.get $x) (local.get $y)) (i32.gt_u (local.get $x) (i32.const 200000))))
         (drop (br_if $p (i32.add (local.get $x) (local.get $y)) (i32.eq (local.get $y) (i32.const 9))))
         (br $q))
-      (i32.const 0))))
+      (i32.const 0)))
+
+;; A versioned loop that sets a local of every number and vector type,
+  ;; signalling NaNs with changing payloads and negative zero among their
+  ;; bits, for a few Slices of fuel, in a function with an i32 and an f32
+  ;; parameter: each refill on the way, and the entry's, carries them
+  ;; across the call of refill (appendSave), which must keep every bit. The
+  ;; floats are only moved and reinterpreted, never computed with, so the
+  ;; checksum does not depend on how an engine makes NaNs.
+  (func (export "typed") (param $seed i32) (param $g f32) (result i64)
+    (local $i i32) (local $a i64) (local $f f32) (local $d f64) (local $v v128)
+    (local.set $a (i64.extend_i32_u (local.get $seed)))
+    (local.set $f (f32.reinterpret_i32 (i32.const 0xffa00001)))
+    (local.set $d (f64.reinterpret_i64 (i64.const 0xfff4000000000003)))
+    (local.set $v (v128.const i64x2 0x8000000000000000 0x7ff8000000000001))
+    (loop $l
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (local.set $a (i64.add (i64.rotl (local.get $a) (i64.const 7)) (i64.extend_i32_u (local.get $i))))
+      ;; $f and $d stay signalling NaNs (an arithmetic copy would quiet
+      ;; them), their payloads change
+      (local.set $f (f32.reinterpret_i32 (i32.xor (i32.reinterpret_f32 (local.get $f)) (i32.and (local.get $i) (i32.const 0x1fffff)))))
+      (local.set $d (f64.reinterpret_i64 (i64.xor (i64.reinterpret_f64 (local.get $d)) (i64.and (local.get $a) (i64.const 0x3ffffffffff)))))
+      (local.set $v (v128.xor (local.get $v) (i64x2.splat (i64.rotl (local.get $a) (i64.extend_i32_u (local.get $i))))))
+      (br_if $l (i32.lt_u (local.get $i) (i32.const 300000))))
+    (i64.xor
+      (i64.xor (local.get $a) (i64.extend_i32_u (i32.xor (i32.reinterpret_f32 (local.get $f)) (i32.reinterpret_f32 (local.get $g)))))
+      (i64.xor (i64.reinterpret_f64 (local.get $d))
+        (i64.xor (i64x2.extract_lane 0 (local.get $v)) (i64x2.extract_lane 1 (local.get $v))))))
+)
