@@ -19,6 +19,7 @@ import (
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/internal/extism"
 	"github.com/sandboxd/sandboxd/internal/fuel"
+	"github.com/sandboxd/sandboxd/internal/rawbuf"
 	"github.com/sandboxd/sandboxd/internal/wasmbin"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/manifest"
@@ -244,7 +245,7 @@ func (abiExtism) result(ctx context.Context, t *reactorHandler, inv *invocation,
 			if !acct.Reserve(int64(n)) {
 				return nil, false, t.memExceeded(acct.Refused(), fmt.Sprintf("the output as a JSON string (%d bytes) does not fit in memMB %d", n, t.limits.memMB))
 			}
-			out = appendJSONString(uncleared(n), out, tick)
+			out = appendJSONString(rawbuf.Uncleared(n), out, tick)
 		}
 	}
 	return out, reusable, nil

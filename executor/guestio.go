@@ -6,13 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
-	"unsafe"
 
 	"github.com/sandboxd/sandboxd/abi"
+	"github.com/sandboxd/sandboxd/internal/rawbuf"
 	"github.com/sandboxd/sandboxd/limits"
 )
 
@@ -628,7 +627,7 @@ func unquoteJSONString(b []byte, tick func()) (out []byte, ok bool) {
 		return nil, false
 	}
 	i++
-	out = uncleared(len(b) - i)
+	out = rawbuf.Uncleared(len(b) - i)
 	next := i + hostChunk
 	for {
 		if tick != nil && i >= next {
@@ -739,20 +738,6 @@ func hex4(b []byte, i int) (rune, bool) {
 		r = r*16 + rune(c)
 	}
 	return r, true
-}
-
-// uncleared returns an empty slice with room for n bytes that the runtime
-// did not clear (strings.Builder's buffer): a make of n bytes clears them
-// in one step no tick divides. The caller appends every byte it reads.
-func uncleared(n int) []byte {
-	if n == 0 {
-		return nil
-	}
-	var b strings.Builder
-	b.Grow(n)
-	b.WriteByte(0)
-	s := b.String() // the only string over the buffer, dropped here
-	return unsafe.Slice(unsafe.StringData(s), n)[:0]
 }
 
 // sanitizeLine makes guest text safe to print: valid UTF-8, no control

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/egress"
 	"github.com/sandboxd/sandboxd/internal/httpspec"
+	"github.com/sandboxd/sandboxd/internal/rawbuf"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/manifest"
 	"github.com/sandboxd/sandboxd/toolerr"
@@ -169,7 +170,7 @@ func (t *httpHandler) run(ctx context.Context, inv *invocation, _ map[string]str
 			if !acct.Reserve(int64(n)) {
 				return t.memExceeded(acct.Refused(), fmt.Sprintf("the output does not fit in memMB %d", t.limits.memMB))
 			}
-			out.output = appendJSONString(uncleared(n), data, tick)
+			out.output = appendJSONString(rawbuf.Uncleared(n), data, tick)
 			return nil
 		})
 		if out.err != nil {

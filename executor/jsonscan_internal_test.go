@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/sandboxd/sandboxd/internal/rawbuf"
 )
 
 // validJSON answers as json.Valid does: hand-picked edge cases, nesting at
@@ -145,7 +147,7 @@ func TestJSONPassesTick(t *testing.T) {
 	want := appendJSONString(nil, text, nil)
 	ticks := 0
 	n := jsonStringLen(text, func() { ticks++ })
-	got := appendJSONString(uncleared(n), text, func() { ticks++ })
+	got := appendJSONString(rawbuf.Uncleared(n), text, func() { ticks++ })
 	if !bytes.Equal(got, want) || len(got) != n {
 		t.Fatalf("quoting into uncleared memory differs (%d bytes, want %d, length %d)", len(got), len(want), n)
 	}

@@ -30,9 +30,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"strings"
-	"unsafe"
 
+	"github.com/sandboxd/sandboxd/internal/rawbuf"
 	"github.com/sandboxd/sandboxd/limits"
 )
 
@@ -314,25 +313,22 @@ func (k *Kernel) Read(off, n uint64) []byte {
 	if n == 0 {
 		return []byte{}
 	}
-	// strings.Builder's Grow allocates without clearing; every byte of the
-	// buffer is written (Write, a chunk at a time) before it is returned.
-	var b strings.Builder
-	b.Grow(int(n))
+	// Memory the runtime did not clear (a make would clear n bytes in one
+	// step the meter cannot divide); every byte is appended, a chunk at a
+	// time, before it is returned.
+	b := rawbuf.Uncleared(int(n))
 	for n > 0 {
 		p, o := off/Page, off%Page
 		c := min(n, Page-o)
 		k.meter(c)
 		if pg := k.pages[p]; pg != nil {
-			b.Write(pg[o : o+c])
+			b = append(b, pg[o:o+c]...)
 		} else {
-			b.Write(zeroPage[:c])
+			b = append(b, zeroPage[:c]...)
 		}
 		n, off = n-c, off+c
 	}
-	s := b.String()
-	// The bytes are the caller's: no string holds them but s, which is
-	// dropped here.
-	return unsafe.Slice(unsafe.StringData(s), len(s))
+	return b
 }
 
 // zeroPage is what a page never written reads as.

@@ -9,7 +9,8 @@ import (
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
-	"unsafe"
+
+	"github.com/sandboxd/sandboxd/internal/rawbuf"
 )
 
 // tickBytes is the most work (bytes read plus bytes written) Body does
@@ -84,26 +85,12 @@ func (b *builder) room() {
 	if cap(b.out)-len(b.out) >= want {
 		return
 	}
-	nb := uncleared(max(2*cap(b.out), len(b.out)+want))
+	nb := rawbuf.Uncleared(max(2*cap(b.out), len(b.out)+want))
 	for i := 0; i < len(b.out); i += tickBytes {
 		nb = append(nb, b.out[i:min(len(b.out), i+tickBytes)]...)
 		b.tick()
 	}
 	b.out = nb
-}
-
-// uncleared returns an empty slice with room for n bytes that the runtime
-// did not clear (strings.Builder's buffer): a make of n bytes clears them
-// in one step no tick divides. The caller appends every byte it uses.
-func uncleared(n int) []byte {
-	if n == 0 {
-		return nil
-	}
-	var sb strings.Builder
-	sb.Grow(n)
-	sb.WriteByte(0)
-	s := sb.String() // the only string over the buffer, dropped here
-	return unsafe.Slice(unsafe.StringData(s), n)[:0]
 }
 
 // write appends s a tickBytes chunk at a time, each chunk counted.
@@ -404,7 +391,7 @@ func (s *scan) end() error {
 
 // compactJSON is json.Compact of raw, metered by m.
 func compactJSON(raw []byte, m Meter) ([]byte, error) {
-	b := &builder{m: m, out: uncleared(len(raw))} // never longer
+	b := &builder{m: m, out: rawbuf.Uncleared(len(raw))} // never longer
 	return b.build(func() error {
 		s := &scan{builder: b, d: raw}
 		if err := s.value(true); err != nil {
@@ -422,7 +409,7 @@ func compactJSON(raw []byte, m Meter) ([]byte, error) {
 // returns nil when no key is left. One pass, metered by m.
 func jsonObjectWithout(raw []byte, drop map[string]bool, m Meter) ([]byte, error) {
 	// Longer than raw only by escapes json.Marshal adds to keys.
-	b := &builder{m: m, out: uncleared(len(raw))}
+	b := &builder{m: m, out: rawbuf.Uncleared(len(raw))}
 	var key []byte
 	return b.build(func() error {
 		s := &scan{builder: b, d: raw}
@@ -448,7 +435,7 @@ func jsonObjectWithout(raw []byte, drop map[string]bool, m Meter) ([]byte, error
 				return err
 			}
 			if q := s.i - from - 2; cap(key) < q {
-				key = uncleared(q) // decoded, no longer but for invalid UTF-8
+				key = rawbuf.Uncleared(q) // decoded, no longer but for invalid UTF-8
 			}
 			key = unquoteKey(key[:0], d[from+1:s.i-1], b)
 			s.ws()

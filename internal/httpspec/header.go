@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"unsafe"
+
+	"github.com/sandboxd/sandboxd/internal/rawbuf"
 )
 
 // headerTemplate is a spec header value split at its {param} placeholders.
@@ -183,7 +185,7 @@ func headerValueBytes(s string, tk *ticker) (string, string) {
 	if ascii {
 		return s, ""
 	}
-	b := uncleared(len(s))
+	b := rawbuf.Uncleared(len(s))
 	next = tickBytes
 	for i, r := range s {
 		if i >= next {

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/text/unicode/norm"
 
 	"github.com/sandboxd/sandboxd/egress"
+	"github.com/sandboxd/sandboxd/internal/rawbuf"
 )
 
 // FillError is a placeholder the input cannot fill: missing, null, or not
@@ -240,7 +241,7 @@ func pathUnescape(s string, tk *ticker) (string, bool) {
 	if n == 0 {
 		return s, true
 	}
-	b := uncleared(len(s) - 2*n)
+	b := rawbuf.Uncleared(len(s) - 2*n)
 	for i := 0; i < len(s); {
 		j := strings.IndexByte(s[i:min(len(s), i+tickBytes)], '%')
 		if j < 0 {
