@@ -59,6 +59,17 @@ func TestG01ValidationBoundedByDeadline(t *testing.T) {
 			t.Fatalf("result %v after %v (deadline %v)", res, took, deadline)
 		}
 	})
+	// A caller's cancellation during the validation says what a cancelled
+	// guest run says (it said "invocation cancelled: context canceled").
+	t.Run("input-cancelled", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(50*time.Millisecond, cancel)
+		_, err := heavyIn(300000).Invoke(ctx, executor.Request{Input: []byte(input)})
+		te := wantCode(t, err, toolerr.Cancelled)
+		if !strings.HasPrefix(te.Message, "the call was cancelled") {
+			t.Fatalf("message %q, want the call was cancelled…", te.Message)
+		}
+	})
 	t.Run("input-budget", func(t *testing.T) {
 		_, took, err := call(heavyIn(100), input, time.Minute)
 		te := wantCode(t, err, toolerr.InputValidationFailed)

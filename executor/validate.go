@@ -109,6 +109,10 @@ func (t *toolEnv) validating(c context.Context, cpuLeft time.Duration, fn func(m
 		Limit: manifest.WorkLimit(t.limits.cpuMs),
 		Check: func() error {
 			if err := c.Err(); err != nil {
+				if errors.Is(err, context.Canceled) && callerCancelled(c) {
+					// As a cancelled guest run says it.
+					return toolerr.Wrap(toolerr.Cancelled, context.Canceled, "the call was cancelled")
+				}
 				return toolerr.As(err)
 			}
 			// The clock itself, not only the context's timer, which a
@@ -124,6 +128,18 @@ func (t *toolEnv) validating(c context.Context, cpuLeft time.Duration, fn func(m
 	}
 	err := fn(w)
 	return clock.Now() - start, err
+}
+
+// callerCancelled reports whether c ended because its caller cancelled it
+// (not because the tool closed or a budget stopped it).
+func callerCancelled(c context.Context) bool {
+	var cause error
+	if cc, ok := c.(*callCtx); ok {
+		cause = cc.causeErr()
+	} else {
+		cause = context.Cause(c)
+	}
+	return cause == nil || errors.Is(cause, context.Canceled)
 }
 
 func cpuMs(d time.Duration) float64 { return round3(float64(d) / float64(time.Millisecond)) }
