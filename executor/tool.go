@@ -235,7 +235,7 @@ func (t *Tool) invoke(ctx context.Context, req *Request, observed *CallContext) 
 		req.Record.begin(t, req)
 	}
 	if err := c.Err(); err != nil {
-		return nil, toolerr.As(err)
+		return nil, stopError(c, err)
 	}
 	// Validation is metered like guest work (validate.go; G01).
 	tr := req.Tracer
@@ -301,7 +301,7 @@ func (t *Tool) invoke(ctx context.Context, req *Request, observed *CallContext) 
 		return res, err
 	}
 	if err := c.Err(); err != nil {
-		return res, toolerr.As(err) // never a result after the deadline
+		return res, stopError(c, err) // never a result after the deadline
 	}
 	res.Output = output
 	return res, nil

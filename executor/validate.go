@@ -109,11 +109,7 @@ func (t *toolEnv) validating(c context.Context, cpuLeft time.Duration, fn func(m
 		Limit: manifest.WorkLimit(t.limits.cpuMs),
 		Check: func() error {
 			if err := c.Err(); err != nil {
-				if errors.Is(err, context.Canceled) && callerCancelled(c) {
-					// As a cancelled guest run says it.
-					return toolerr.Wrap(toolerr.Cancelled, context.Canceled, "the call was cancelled")
-				}
-				return toolerr.As(err)
+				return stopError(c, err)
 			}
 			// The clock itself, not only the context's timer, which a
 			// loaded machine can run late.
@@ -128,6 +124,16 @@ func (t *toolEnv) validating(c context.Context, cpuLeft time.Duration, fn func(m
 	}
 	err := fn(w)
 	return clock.Now() - start, err
+}
+
+// stopError is the error of a call whose context c ended with err: a
+// caller's cancellation says what a cancelled guest run says, whatever
+// stage it found the call in.
+func stopError(c context.Context, err error) error {
+	if errors.Is(err, context.Canceled) && callerCancelled(c) {
+		return toolerr.Wrap(toolerr.Cancelled, context.Canceled, "the call was cancelled")
+	}
+	return toolerr.As(err)
 }
 
 // callerCancelled reports whether c ended because its caller cancelled it
