@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/sandboxd/sandboxd/limits"
@@ -99,32 +100,83 @@ func (t *Tool) validateOutput(c context.Context, output []byte, budget int64, gu
 // Check that ends it when c ends or, with cpuLeft > 0, when the thread's
 // CPU time passes cpuLeft (errValidationCPU). It returns the CPU time fn
 // took.
+//
+// The thread's CPU clock costs a system call per read (and one to name the
+// thread), so it is read only from the first Check at least
+// wallBeforeMetering after fn began: a validation shorter than that (an
+// ordinary document: a few microseconds) is charged the wall time it took,
+// which on one thread is never less than its CPU time; a longer one is
+// charged the wall time up to that Check plus the thread's CPU time from
+// it.
 func (t *toolEnv) validating(c context.Context, cpuLeft time.Duration, fn func(manifest.Work) error) (time.Duration, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	clock := limits.CurrentThread()
-	start := clock.Now()
-	deadline, hasDeadline := c.Deadline()
-	w := manifest.Work{
-		Limit: manifest.WorkLimit(t.limits.cpuMs),
-		Check: func() error {
-			if err := c.Err(); err != nil {
-				return stopError(c, err)
-			}
-			// The clock itself, not only the context's timer, which a
-			// loaded machine can run late.
-			if hasDeadline && !time.Now().Before(deadline) {
-				return toolerr.As(context.DeadlineExceeded)
-			}
-			if cpuLeft > 0 && clock.Now()-start > cpuLeft {
-				return errValidationCPU
-			}
-			return nil
-		},
-	}
-	err := fn(w)
-	return clock.Now() - start, err
+	m := validationMeters.Get().(*validationMeter)
+	m.c, m.cpuLeft, m.start, m.metered = c, cpuLeft, time.Now(), false
+	m.deadline, m.hasDeadline = c.Deadline()
+	err := fn(manifest.Work{Limit: manifest.WorkLimit(t.limits.cpuMs), Check: m.check})
+	used := m.used()
+	*m = validationMeter{check: m.check}
+	validationMeters.Put(m)
+	return used, err
 }
+
+// validationMeter is one validating call's clocks and its Work's Check.
+// Meters are pooled with their Check bound (m.check is m.doCheck), so a
+// validation allocates neither.
+type validationMeter struct {
+	c           context.Context
+	cpuLeft     time.Duration
+	deadline    time.Time
+	hasDeadline bool
+	start       time.Time          // wall clock when the validation began
+	metered     bool               // the thread's CPU clock is read
+	clock       limits.ThreadClock // when metered: the validating thread's
+	before      time.Duration      // when metered: wall time from start to metering
+	cpuStart    time.Duration      // when metered: clock when metering began
+	check       func() error
+}
+
+var validationMeters = sync.Pool{New: func() any {
+	m := new(validationMeter)
+	m.check = m.doCheck
+	return m
+}}
+
+// used is what the validation has taken so far (see validating).
+func (m *validationMeter) used() time.Duration {
+	if m.metered {
+		return m.before + m.clock.Now() - m.cpuStart
+	}
+	return time.Since(m.start)
+}
+
+func (m *validationMeter) doCheck() error {
+	if !m.metered {
+		if since := time.Since(m.start); since >= wallBeforeMetering {
+			m.before = since
+			m.clock = limits.CurrentThread()
+			m.cpuStart = m.clock.Now()
+			m.metered = true
+		}
+	}
+	if err := m.c.Err(); err != nil {
+		return stopError(m.c, err)
+	}
+	// The clock itself, not only the context's timer, which a loaded
+	// machine can run late.
+	if m.hasDeadline && !time.Now().Before(m.deadline) {
+		return toolerr.As(context.DeadlineExceeded)
+	}
+	if m.cpuLeft > 0 && m.used() > m.cpuLeft {
+		return errValidationCPU
+	}
+	return nil
+}
+
+// wallBeforeMetering is how long a validation runs, charged its wall time,
+// before validating reads its thread's CPU clock (see validating).
+const wallBeforeMetering = 100 * time.Microsecond
 
 // stopError is the error of a call whose context c ended with err: a
 // caller's cancellation says what a cancelled guest run says, whatever
