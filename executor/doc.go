@@ -71,10 +71,13 @@
 // goroutine):
 //
 //   - linear memory: the saved chunks are copied back and everything else is
-//     cleared, so every byte is what instantiation left; an instance whose
-//     memory grew during the call is closed instead (Wasm memory cannot
-//     shrink), and a tool that had maxGrownResets such instances stops
-//     saving snapshots;
+//     cleared, so every byte is what instantiation left; a memory that grew
+//     during the call is first put back to its saved size (instance.shrink:
+//     Wasm memory cannot shrink, so the pages past it are discarded, reading
+//     as zeros when the guest grows into them again, and wazero's memory is
+//     set to the saved size), so memory.size is a fresh instance's too;
+//     where that is impossible the instance is closed instead, and a tool
+//     that had maxGrownResets such instances stops saving snapshots;
 //   - mutable globals: written back through the exports the pass added;
 //   - tables and segments: unchanged by construction;
 //   - host state: sandboxd_v1 keeps none per instance (it belongs to the

@@ -693,9 +693,8 @@ func TestExtismHTTPAllowed(t *testing.T) {
 // A recycled context-isolated instance (the fuel pass finds Extism plug-ins
 // resettable: extism:host/env keeps no per-instance state but vars, and
 // begin empties those) starts every call with no vars. The Go PDK example
-// keeps a running total in a var; its memory does not grow per call, so
-// its instances are recycled (go-sdk's Rust count_vowels grows its memory
-// in every call, so its instances are closed instead).
+// keeps a running total in a var (so does go-sdk's Rust count_vowels,
+// TestExtismGrownInstanceRecycled, whose memory grows in every call).
 func TestExtismRecycledInstanceHasNoVars(t *testing.T) {
 	wasm := buildExtismGo(t)
 	e := newExecutor(t)

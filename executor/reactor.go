@@ -26,10 +26,11 @@ type reactorHandler struct {
 	*wasmCode
 	idle *warmSet // warm instances (posture none only)
 	pool *pool    // pre-warmed never-used instances (context-isolated, strict)
-	// grew counts instances whose memory had grown when a reset was tried:
-	// past maxGrownResets the tool stops saving snapshots, which a module
-	// that grows its memory in every call (go-sdk's Rust count_vowels)
-	// would pay for at every instantiation without ever being reset.
+	// grew counts instances whose memory had grown when a reset was tried
+	// and could not be put back to its saved size (instance.shrink): past
+	// maxGrownResets the tool stops saving snapshots, which a module that
+	// grows its memory in every call would then pay for at every
+	// instantiation without ever being reset.
 	grew atomic.Int32
 	// image is the tool's instance image, once an instance made one
 	// (keepState); imageMu serialises making it.

@@ -3,6 +3,7 @@ package executor
 import (
 	"reflect"
 	"strconv"
+	"sync"
 	"sync/atomic"
 
 	"github.com/tetratelabs/wazero/api"
@@ -190,13 +191,14 @@ func (s *snapshot) size() int64 {
 
 // reset puts in back into its saved state. It returns false, leaving in for
 // the caller to close, when that is impossible: the instance is closed, a
-// state-changing host call made it dirty, or its memory grew.
+// state-changing host call made it dirty, or its memory grew and could not
+// be put back to its saved size (instance.shrink).
 func (in *instance) reset() bool {
 	s := in.snap
 	if s == nil || in.mod.IsClosed() || s.dirty.Get() != 0 {
 		return false
 	}
-	if mem := memoryOf(in.mod); mem != nil && int64(mem.Size()) != int64(s.st.memSize) {
+	if mem := memoryOf(in.mod); mem != nil && int64(mem.Size()) != int64(s.st.memSize) && !in.shrink(mem, s.st.memSize) {
 		if in.grew != nil {
 			in.grew.Add(1) // the tool stops saving snapshots after a few (newInstance)
 		}
@@ -206,6 +208,8 @@ func (in *instance) reset() bool {
 		return false
 	}
 	in.init, in.initKnown = s.st.init, s.st.initKnown // the answers that made the state it is now in
+	in.vars.release()                                 // an Extism plug-in's vars: the next call starts without (abiExtism.begin)
+	in.vars = nil
 	in.resetAccount()
 	in.recycled++
 	return true
@@ -275,4 +279,77 @@ func memoryOf(mod api.Module) api.Memory {
 		return nil
 	}
 	return mem
+}
+
+// shrink puts mem, which grew during the call, back to size bytes, as a
+// fresh instance's memory is (its memory.size, and zeros past it when it
+// grows again): Wasm memory never shrinks, so without this an instance of a
+// guest that grows its memory in every call (go-sdk's Rust count_vowels, a
+// page; GHC's allocator, a megablock) could never be reset. The bytes past
+// size are discarded (limits.Account.Discard: released pages, reading as
+// zeros), then wazero is given the shorter memory through the fields of its
+// memory instance (memFields), one page short, and grows it by that page:
+// Grow reallocates through the instance's allocator (limits: a reslice,
+// the charge moved to size) and tells the compiled code the memory's new
+// base and length (wazero's MemoryGrown), as after any memory.grow. It
+// reports false — the caller closes the instance — when that is not
+// possible: wazero's memory is not the type memFields knows, it is shared,
+// or size is not a whole, non-zero number of pages below its size.
+func (in *instance) shrink(mem api.Memory, size int) bool {
+	if size < limits.PageSize || size%limits.PageSize != 0 || int64(mem.Size()) <= int64(size) {
+		return false
+	}
+	f, ok := memFields(mem)
+	if !ok || !in.acct.Discard(int64(size)) {
+		return false
+	}
+	buf := f.buffer.Bytes()
+	f.buffer.SetBytes(buf[:size-limits.PageSize])
+	f.cap.SetUint(uint64(size/limits.PageSize - 1))
+	if _, ok := mem.Grow(1); !ok {
+		return false // its memory is now a page short: closed, never run
+	}
+	return int64(mem.Size()) == int64(size)
+}
+
+// wazeroMemory is where shrink writes in wazero's memory instance: its
+// exported Buffer ([]byte, the memory) and Cap (uint32, pages allocated),
+// found by reflection once for the type wazero's api.Memory is. ok is false
+// when that type has no such fields or the memory is shared (Shared).
+type wazeroMemory struct {
+	buffer, cap reflect.Value
+}
+
+var memLayout struct {
+	once                sync.Once
+	typ                 reflect.Type
+	buffer, cap, shared []int // field indexes; nil: not found
+}
+
+func memFields(mem api.Memory) (wazeroMemory, bool) {
+	v := reflect.ValueOf(mem)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return wazeroMemory{}, false
+	}
+	memLayout.once.Do(func() {
+		t := v.Elem().Type()
+		memLayout.typ = t
+		field := func(name string, kind reflect.Kind, elem reflect.Kind) []int {
+			f, ok := t.FieldByName(name)
+			if !ok || !f.IsExported() || f.Type.Kind() != kind || kind == reflect.Slice && f.Type.Elem().Kind() != elem {
+				return nil
+			}
+			return f.Index
+		}
+		memLayout.buffer = field("Buffer", reflect.Slice, reflect.Uint8)
+		memLayout.cap = field("Cap", reflect.Uint32, 0)
+		memLayout.shared = field("Shared", reflect.Bool, 0)
+	})
+	e := v.Elem()
+	if e.Type() != memLayout.typ || memLayout.buffer == nil || memLayout.cap == nil || memLayout.shared == nil ||
+		e.FieldByIndex(memLayout.shared).Bool() {
+		return wazeroMemory{}, false
+	}
+	f := wazeroMemory{buffer: e.FieldByIndex(memLayout.buffer), cap: e.FieldByIndex(memLayout.cap)}
+	return f, f.buffer.CanSet() && f.cap.CanSet()
 }

@@ -240,3 +240,10 @@ func populate(b []byte, ws *WorkingSet) {
 	each(ws.Write, unix.MADV_POPULATE_WRITE)
 	each(ws.Read, unix.MADV_POPULATE_READ)
 }
+
+// discardPages releases the pages of b, a whole number of pages of an
+// anonymous private mapping, so that they read as zeros (MADV_DONTNEED);
+// false when the kernel refused.
+func discardPages(b []byte) bool {
+	return len(b)%pageStep == 0 && unix.Madvise(b, unix.MADV_DONTNEED) == nil
+}

@@ -273,3 +273,74 @@ func TestImageResetManyWrites(t *testing.T) {
 		t.Fatalf("Anonymous %d kB after the reset, want 0", f["Anonymous"])
 	}
 }
+
+// Discard makes the memory past its first bytes read as zeros when it grows
+// into them again and gives their pages back (no longer resident); it
+// refuses what it cannot do: no longer memory, a size that is not whole
+// pages, or bytes past the size that map an image (they would read as the
+// image, not zeros).
+func TestAccountDiscard(t *testing.T) {
+	a := NewAccount(64 * MiB)
+	if a.Discard(0) {
+		t.Fatal("Discard with no memory")
+	}
+	lm := a.Allocator().Allocate(0, 16*PageSize)
+	buf := lm.Reallocate(4 * PageSize)
+	for i := range buf {
+		buf[i] = 0xEE
+	}
+	addr := uintptr(unsafe.Pointer(&buf[0]))
+	if rss := smapsOf(t, addr)["Rss"]; rss < 4*PageSize/1024 {
+		t.Fatalf("Rss %d KiB after writing 4 pages", rss)
+	}
+	if a.Discard(4*PageSize) || a.Discard(PageSize+1) || a.Discard(-PageSize) {
+		t.Fatal("Discard accepted a size that is not a whole number of pages below the memory's")
+	}
+	if !a.Discard(PageSize) {
+		t.Fatal("Discard refused")
+	}
+	if rss := smapsOf(t, addr)["Rss"]; rss > PageSize/1024 {
+		t.Fatalf("Rss %d KiB after discarding all but 1 page: the pages were not released", rss)
+	}
+	if a.Linear() != 4*PageSize {
+		t.Fatalf("charged %d: the size and charge are the next Reallocate's", a.Linear())
+	}
+	buf = lm.Reallocate(PageSize)
+	if a.Linear() != PageSize || len(buf) != PageSize || !bytes.Equal(buf, bytes.Repeat([]byte{0xEE}, PageSize)) {
+		t.Fatalf("after shrinking: %d bytes charged, the first page changed", a.Linear())
+	}
+	buf = lm.Reallocate(4 * PageSize)
+	if !bytes.Equal(buf[PageSize:], make([]byte, 3*PageSize)) {
+		t.Fatal("the discarded pages do not read as zeros when the memory grows again")
+	}
+
+	// Past an image mapping: refused from inside the image, done past it.
+	src := bytes.Repeat([]byte{7}, 2*PageSize)
+	img, err := NewImage(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer img.Close()
+	buf = lm.Reallocate(2 * PageSize)
+	if ok, _, err := a.MapImage(img, nil, false); !ok || err != nil {
+		t.Fatalf("MapImage = %v, %v", ok, err)
+	}
+	buf = lm.Reallocate(4 * PageSize)
+	for i := range buf {
+		buf[i] = 0xEE
+	}
+	if a.Discard(PageSize) {
+		t.Fatal("Discard accepted bytes that map the image")
+	}
+	if !a.Discard(2 * PageSize) {
+		t.Fatal("Discard refused the bytes past the image")
+	}
+	buf = lm.Reallocate(4 * PageSize)
+	if !bytes.Equal(buf[2*PageSize:], make([]byte, 2*PageSize)) || !bytes.Equal(buf[:PageSize], bytes.Repeat([]byte{0xEE}, PageSize)) {
+		t.Fatal("Discard past the image changed the image's part or left the rest")
+	}
+	lm.Free()
+	if a.Discard(0) {
+		t.Fatal("Discard of freed memory")
+	}
+}

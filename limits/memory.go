@@ -167,6 +167,33 @@ func (m *linearMemory) Free() {
 	}
 }
 
+// Discard makes the account's linear memory past its first from bytes read
+// as zeros again, as memory a guest has not grown into yet does: a
+// recycled instance whose memory grew during its call is put back to its
+// saved size, and what the call wrote past it must not reach the next
+// call. Pages of the reservation are released to the kernel (Linux:
+// MADV_DONTNEED, so they cost nothing until touched again); memory on the
+// Go heap, or outside Linux, is cleared. The size and charge are left to
+// the allocator's next Reallocate. It returns false, changing nothing,
+// when there is no memory, it is not longer than from, from is not a
+// whole number of Wasm pages, or the bytes past from map an image.
+func (a *Account) Discard(from int64) bool {
+	m := a.mem.Load()
+	if m == nil || from < 0 || from%PageSize != 0 {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.free == nil || int64(len(m.buf)) <= from || m.image != nil && int64(m.image.size) > from {
+		return false
+	}
+	tail := m.buf[from:]
+	if !m.mmaped || !discardPages(tail) {
+		clear(tail)
+	}
+	return true
+}
+
 // MapImage makes the first img.Size() bytes of the account's linear memory
 // read as img, copy-on-write: the first time it maps the image over them
 // (whatever they held is dropped) and makes ws's pages resident (nil:
