@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -267,4 +268,49 @@ func TestExtismPluginRows(t *testing.T) {
 	extismPluginRows(t, r)
 	writeGoals(r)
 	t.Log("\n" + r.b.String())
+}
+
+// BenchmarkExtismPlugins is the table's sandboxd cases as benchmarks, for
+// profiles of one plug-in and posture: recycled (context-isolated, pool of
+// 2, as the table has it) and none (a reused instance), calls back to back.
+//
+//	go test -run '^$' -bench 'ExtismPlugins/Go/recycled' -benchtime 3000x -cpuprofile cpu.out -memprofile mem.out .
+func BenchmarkExtismPlugins(b *testing.B) {
+	ctx := context.Background()
+	cache := b.TempDir()
+	for _, pl := range pdkPlugins(b) {
+		in, _ := json.Marshal(pl.input)
+		for _, c := range []struct {
+			name, posture string
+			pool          int
+		}{{"recycled", "context-isolated", 2}, {"none", "none", 0}} {
+			b.Run(strings.Fields(pl.pdk)[0]+"/"+c.name, func(b *testing.B) {
+				tool, err := newExecutor(b, cache, c.pool).Load(ctx, extismPluginManifest(pl.entry, c.posture, pl.output), executor.WithModule(pl.wasm))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer tool.Close(ctx)
+				res, err := tool.Invoke(ctx, executor.Request{Input: in})
+				if err != nil {
+					b.Fatal(err)
+				}
+				pl.wantOutput(b, res.Output)
+				b.ReportAllocs()
+				var ru0, ru1 syscall.Rusage
+				_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if _, err := tool.Invoke(ctx, executor.Request{Input: in}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StopTimer()
+				_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+				b.ReportMetric(float64(tool.Stats().RecycledCalls)/float64(b.N+1), "recycled/op")
+				b.ReportMetric(float64(ru1.Minflt-ru0.Minflt)/float64(b.N), "faults/op")
+				b.ReportMetric(float64(time.Duration(ru1.Utime.Nano()+ru1.Stime.Nano()-ru0.Utime.Nano()-ru0.Stime.Nano()).Microseconds())/float64(b.N), "cpu-us/op")
+				b.ReportMetric(float64(time.Duration(ru1.Stime.Nano()-ru0.Stime.Nano()).Microseconds())/float64(b.N), "sys-us/op")
+			})
+		}
+	}
 }
