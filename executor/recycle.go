@@ -3,7 +3,6 @@ package executor
 import (
 	"reflect"
 	"strconv"
-	"sync"
 	"sync/atomic"
 
 	"github.com/tetratelabs/wazero/api"
@@ -314,16 +313,36 @@ func (in *instance) shrink(mem api.Memory, size int) bool {
 
 // wazeroMemory is where shrink writes in wazero's memory instance: its
 // exported Buffer ([]byte, the memory) and Cap (uint32, pages allocated),
-// found by reflection once for the type wazero's api.Memory is. ok is false
-// when that type has no such fields or the memory is shared (Shared).
+// found by reflection for the type wazero's api.Memory is (memLayoutOf).
+// ok is false when that type has no such fields or the memory is shared
+// (Shared).
 type wazeroMemory struct {
 	buffer, cap reflect.Value
 }
 
-var memLayout struct {
-	once                sync.Once
+// memLayout is where a memory type keeps the fields shrink needs (nil
+// indexes: not found); memLayoutOf keeps the last type's.
+type memLayout struct {
 	typ                 reflect.Type
-	buffer, cap, shared []int // field indexes; nil: not found
+	buffer, cap, shared []int
+}
+
+var lastMemLayout atomic.Pointer[memLayout]
+
+func memLayoutOf(t reflect.Type) *memLayout {
+	if l := lastMemLayout.Load(); l != nil && l.typ == t {
+		return l
+	}
+	field := func(name string, kind reflect.Kind) []int {
+		f, ok := t.FieldByName(name)
+		if !ok || !f.IsExported() || f.Type.Kind() != kind || kind == reflect.Slice && f.Type.Elem().Kind() != reflect.Uint8 {
+			return nil
+		}
+		return f.Index
+	}
+	l := &memLayout{typ: t, buffer: field("Buffer", reflect.Slice), cap: field("Cap", reflect.Uint32), shared: field("Shared", reflect.Bool)}
+	lastMemLayout.Store(l)
+	return l
 }
 
 func memFields(mem api.Memory) (wazeroMemory, bool) {
@@ -331,25 +350,11 @@ func memFields(mem api.Memory) (wazeroMemory, bool) {
 	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
 		return wazeroMemory{}, false
 	}
-	memLayout.once.Do(func() {
-		t := v.Elem().Type()
-		memLayout.typ = t
-		field := func(name string, kind reflect.Kind, elem reflect.Kind) []int {
-			f, ok := t.FieldByName(name)
-			if !ok || !f.IsExported() || f.Type.Kind() != kind || kind == reflect.Slice && f.Type.Elem().Kind() != elem {
-				return nil
-			}
-			return f.Index
-		}
-		memLayout.buffer = field("Buffer", reflect.Slice, reflect.Uint8)
-		memLayout.cap = field("Cap", reflect.Uint32, 0)
-		memLayout.shared = field("Shared", reflect.Bool, 0)
-	})
 	e := v.Elem()
-	if e.Type() != memLayout.typ || memLayout.buffer == nil || memLayout.cap == nil || memLayout.shared == nil ||
-		e.FieldByIndex(memLayout.shared).Bool() {
+	l := memLayoutOf(e.Type())
+	if l.buffer == nil || l.cap == nil || l.shared == nil || e.FieldByIndex(l.shared).Bool() {
 		return wazeroMemory{}, false
 	}
-	f := wazeroMemory{buffer: e.FieldByIndex(memLayout.buffer), cap: e.FieldByIndex(memLayout.cap)}
+	f := wazeroMemory{buffer: e.FieldByIndex(l.buffer), cap: e.FieldByIndex(l.cap)}
 	return f, f.buffer.CanSet() && f.cap.CanSet()
 }

@@ -11,7 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
+
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
+	"github.com/sandboxd/sandboxd/limits"
 )
 
 // A recycled instance of an Extism plug-in whose memory grows in every
@@ -144,4 +149,79 @@ func checkFresh(t *testing.T, call int, in *instance) {
 	if !bytes.Equal(tail, make([]byte, len(tail))) {
 		t.Fatalf("call %d: the memory past the saved size is not all zeros after a reset", call)
 	}
+}
+
+// otherMemory is an api.Memory that is not wazero's memory instance.
+type otherMemory struct {
+	api.Memory
+	Buffer []byte
+}
+
+// shrink works through wazero's own memory type only: on wazero's it puts
+// a grown memory back to its size (memory.size and the charge); on a
+// memory type without wazero's fields, or a shared memory, it refuses and
+// changes nothing (the caller closes the instance, as before shrink).
+func TestShrinkWazeroMemoryOnly(t *testing.T) {
+	ctx := context.Background()
+	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCoreFeatures(api.CoreFeaturesV2|experimental.CoreFeaturesThreads))
+	defer r.Close(ctx)
+	in := &instance{acct: limits.NewAccount(64 << 20)}
+	for _, shared := range []bool{false, true} {
+		mem := map[bool]string{false: "(memory (export \"memory\") 1 8)", true: "(memory (export \"memory\") 1 8 shared)"}[shared]
+		bin := watBinary(t, "(module "+mem+")")
+		in.acct = limits.NewAccount(64 << 20)
+		mod, err := r.InstantiateModule(experimental.WithMemoryAllocator(ctx, in.acct.Allocator()), mustCompile(t, r, bin), wazero.NewModuleConfig().WithName(""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := mod.Memory()
+		if _, ok := m.Grow(3); !ok {
+			t.Fatal("grow")
+		}
+		m.WriteByte(3*65536, 9)
+		if got := in.shrink(m, 65536); got == shared || (!shared && (m.Size() != 65536 || in.acct.Linear() != 65536)) || (shared && m.Size() != 4*65536) {
+			t.Fatalf("shared %v: shrink = %v, size %d, charged %d", shared, got, m.Size(), in.acct.Linear())
+		}
+		if !shared {
+			if _, ok := m.Grow(3); !ok {
+				t.Fatal("regrow")
+			}
+			if b, _ := m.ReadByte(3 * 65536); b != 0 {
+				t.Fatal("the memory past the shrunk size did not read as zeros")
+			}
+		}
+		_ = mod.Close(ctx)
+	}
+	if _, ok := memFields(&otherMemory{Buffer: make([]byte, 65536)}); ok {
+		t.Fatal("memFields accepted a memory type that is not wazero's")
+	}
+}
+
+func watBinary(t *testing.T, src string) []byte {
+	t.Helper()
+	bin, err := exec.LookPath("wat2wasm")
+	if err != nil {
+		t.Skip("wat2wasm is not on PATH")
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "m.wat"), []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := exec.Command(bin, "--enable-threads", "-o", filepath.Join(dir, "m.wasm"), filepath.Join(dir, "m.wat")).CombinedOutput(); err != nil {
+		t.Fatalf("wat2wasm: %v\n%s", err, b)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "m.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func mustCompile(t *testing.T, r wazero.Runtime, bin []byte) wazero.CompiledModule {
+	t.Helper()
+	cm, err := r.CompileModule(context.Background(), bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cm
 }
