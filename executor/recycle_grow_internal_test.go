@@ -84,16 +84,26 @@ func TestRecycledGrownPluginLeaksNothing(t *testing.T) {
 				if _, err := tool.Invoke(ctx, Request{Input: in, Context: CallContext{TenantID: "t1", RunID: "r1"}}); err != nil {
 					t.Fatalf("call %d: %v", i, err)
 				}
-				time.Sleep(2 * time.Millisecond) // the refill goroutine's reset, when it did it
-				ins := rh.takeInstance(needsKey{})
-				if ins == nil {
-					continue
+				// The refill goroutine resets the instance the call used and
+				// returns it to the pool (slower under -race): wait up to a
+				// second for it, closing the never-used ones the pool makes
+				// meanwhile.
+				for wait := time.Now().Add(time.Second); time.Now().Before(wait); {
+					ins := rh.takeInstance(needsKey{})
+					if ins == nil {
+						time.Sleep(time.Millisecond)
+						continue
+					}
+					recycled := ins.recycled > 0
+					if recycled {
+						checkFresh(t, i, ins)
+						checked++
+					}
+					_ = ins.mod.Close(ctx) // the pool makes another
+					if recycled {
+						break
+					}
 				}
-				if ins.recycled > 0 {
-					checkFresh(t, i, ins)
-					checked++
-				}
-				_ = ins.mod.Close(ctx) // the pool makes another
 			}
 			t.Logf("%d recycled instances checked; %+v", checked, tool.Stats())
 			if checked < 3 {
