@@ -433,7 +433,7 @@ func (s *Server) CheckToken(tok string) bool {
 
 // authorized reports whether r carries exactly one, right, token header.
 func (s *Server) authorized(r *http.Request) bool {
-	vals := r.Header.Values(HeaderToken)
+	vals := r.Header[requestKeys.token]
 	if len(vals) != 1 {
 		return false
 	}
@@ -631,6 +631,9 @@ var traceparentRE = regexp.MustCompile(`^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{
 // ParseTraceparent returns the trace and parent span ids of a W3C
 // traceparent value (header or MCP _meta), or "" for an invalid one.
 func ParseTraceparent(h string) (traceID, spanID string) {
+	if h == "" { // the common case: no trace context, no regexp run
+		return "", ""
+	}
 	m := traceparentRE.FindStringSubmatch(h)
 	if m == nil || m[1] == "ff" || (m[1] == "00" && m[5] != "") ||
 		m[2] == "00000000000000000000000000000000" || m[3] == "0000000000000000" {
@@ -679,6 +682,25 @@ func (s *Server) record(rec *callRecord) {
 		return
 	}
 	s.log.LogAttrs(context.Background(), slog.LevelInfo, "call", attrs...)
+}
+
+// requestKeys are the canonical forms of the request headers every call
+// reads. net/http's server canonicalises the names it receives, so a
+// value is found by its canonical key as Header.Get finds it; Get
+// canonicalises its argument on every call instead, which allocates a
+// string for any name that is not one of textproto's common headers
+// (four per /v1/invoke: token, timeout, traceparent, request id).
+var requestKeys = struct{ token, timeout, runID, requestID, traceparent string }{
+	http.CanonicalHeaderKey(HeaderToken), http.CanonicalHeaderKey(HeaderTimeout), http.CanonicalHeaderKey(HeaderRunID),
+	http.CanonicalHeaderKey(HeaderRequestID), http.CanonicalHeaderKey(HeaderTraceparent),
+}
+
+// headerValue is h.Get for a key already canonical: the first value, or "".
+func headerValue(h http.Header, canonicalKey string) string {
+	if v := h[canonicalKey]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // answerKeys are the canonical forms of the headers every 200 answer sets.
@@ -761,7 +783,7 @@ func (s *Server) internal(w http.ResponseWriter, artifactVersion string, err err
 // the core (Ticket.Call) and renders the Outcome.
 func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	timeout, timeoutSrc := parseTimeout(r.Header.Get(HeaderTimeout))
+	timeout, timeoutSrc := parseTimeout(headerValue(r.Header, requestKeys.timeout))
 	deadline := start.Add(timeout)
 
 	// The ticket is held until the answer is written, so a drain waits for
@@ -778,7 +800,7 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		_ = rc.Flush()
 		ticket.Close()
 	}()
-	ct := r.Header.Get("Content-Type")
+	ct := headerValue(r.Header, answerKeys.contentType)
 	mt, err := "application/json", error(nil)
 	if ct != mt { // the common case needs no parse
 		mt, _, err = mime.ParseMediaType(ct)
@@ -835,17 +857,17 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	traceID, spanID := ParseTraceparent(r.Header.Get(HeaderTraceparent))
+	traceID, spanID := ParseTraceparent(headerValue(r.Header, requestKeys.traceparent))
 	inv, werr := parseFrame(body)
 	if werr != nil {
 		s.answer(w, s.artifactVersion(), start, werr, nil, "")
 		return
 	}
 	if inv.ctx.RunID == "" {
-		inv.ctx.RunID = r.Header.Get(HeaderRunID)
+		inv.ctx.RunID = headerValue(r.Header, requestKeys.runID)
 	}
 	if inv.ctx.RequestID == "" {
-		inv.ctx.RequestID = r.Header.Get(HeaderRequestID)
+		inv.ctx.RequestID = headerValue(r.Header, requestKeys.requestID)
 	}
 	body = nil // parsed: what the call needs lives in inv
 	var releaseBody func()
