@@ -8,21 +8,27 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandboxd/sandboxd/executor"
 	"github.com/sandboxd/sandboxd/server"
 )
 
 // discardWriter is a ResponseWriter that keeps the status and drops the
-// body, allocating nothing per call (its header map is reused).
+// body, allocating nothing per call (its header map is reused). Like
+// net/http's, it supports read deadlines and flushing (a no-op here):
+// without them http.ResponseController answers ErrNotSupported wrapped
+// by fmt.Errorf, allocations net/http's server does not make.
 type discardWriter struct {
 	h      http.Header
 	status int
 	n      int
 }
 
-func (w *discardWriter) Header() http.Header { return w.h }
-func (w *discardWriter) WriteHeader(s int)   { w.status = s }
+func (w *discardWriter) Header() http.Header               { return w.h }
+func (w *discardWriter) WriteHeader(s int)                 { w.status = s }
+func (w *discardWriter) SetReadDeadline(t time.Time) error { return nil }
+func (w *discardWriter) FlushError() error                 { return nil }
 func (w *discardWriter) Write(p []byte) (int, error) {
 	if w.status == 0 {
 		w.status = 200
