@@ -94,9 +94,11 @@ var (
 // until the function keep returned is called (a guest run outlives its
 // handler). Read, keep and readAll are for the handler's goroutine.
 type requestBody struct {
-	src     io.ReadCloser
-	s       *Server
-	rc      *http.ResponseController
+	src io.ReadCloser
+	s   *Server
+	// rc is the response's controller (a value: no allocation of its
+	// own); handleInvoke flushes its answer through it too.
+	rc      http.ResponseController
 	length  int64 // Content-Length, -1 when chunked
 	perByte int64
 	limit   int64 // the most it may be: MaxBodyBytes, or a route's lower cap
@@ -124,13 +126,21 @@ func (s *Server) meterBody(w http.ResponseWriter, r *http.Request, start time.Ti
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, r
 	}
-	rb := &requestBody{src: r.Body, s: s, rc: http.NewResponseController(w), length: r.ContentLength,
-		perByte: bodyCharge, limit: MaxBodyBytes, deadline: start.Add(s.opts.BodyTimeout)}
+	// The body and the request copy are one allocation.
+	m := &meteredRequest{body: requestBody{src: r.Body, s: s, rc: *http.NewResponseController(w), length: r.ContentLength,
+		perByte: bodyCharge, limit: MaxBodyBytes, deadline: start.Add(s.opts.BodyTimeout)}}
+	rb := &m.body
 	_ = rb.rc.SetReadDeadline(rb.deadline) // ErrNotSupported on a recorder
-	r2 := new(http.Request)
-	*r2 = *r
-	r2.Body = rb
-	return rb, r2
+	m.req = *r
+	m.req.Body = rb
+	return rb, &m.req
+}
+
+// meteredRequest is what meterBody allocates per request: the metered
+// body and the shallow copy of the request that reads it.
+type meteredRequest struct {
+	body requestBody
+	req  http.Request
 }
 
 // bodyOf returns the requestBody ServeHTTP installed on r, or nil.
@@ -304,11 +314,12 @@ func (b *requestBody) release() {
 }
 
 // keep hands the charge over to the caller: the handler's return no
-// longer releases it, the returned function does (once, from any
-// goroutine).
-func (b *requestBody) keep() func() {
+// longer releases it, the returned releaser does (its release, once, from
+// any goroutine). b is the releaser: an interface holding b, where the
+// method value b.release was an allocation per call.
+func (b *requestBody) keep() releaser {
 	b.kept = true
-	return b.release
+	return b
 }
 
 // handlerDone is ServeHTTP's: the charge goes back unless it was kept.

@@ -96,6 +96,10 @@ type Call struct {
 	// when Call returns, or when its guest has stopped if that is later
 	// (the pack adapter holds its request body's budget charge until then).
 	Release func()
+	// release is Release for this package's adapter (its request body's
+	// charge): an interface, not a func value, which would be an
+	// allocation per call. Both run when both are set.
+	release releaser
 	// Running, when set, is called with the call id once the call holds
 	// its slots, just before the guest starts (MCP progress).
 	Running func(callID string)
@@ -163,6 +167,16 @@ type Ticket struct {
 // Admit registers a call with the drain accounting. It refuses while the
 // service drains or is not ready. The caller must Close the Ticket.
 func (s *Server) Admit() (*Ticket, Refusal) {
+	t := new(Ticket)
+	if r := s.admit(t); r != "" {
+		return nil, r
+	}
+	return t, ""
+}
+
+// admit is Admit into t, a zero Ticket the caller holds (the pack
+// adapter's, on its stack: no allocation).
+func (s *Server) admit(t *Ticket) Refusal {
 	// Register, then check: a drain that set draining before this call
 	// registered is seen here; one that set it after sees the
 	// registration and waits for it (see Server.drained).
@@ -170,15 +184,15 @@ func (s *Server) Admit() (*Ticket, Refusal) {
 	if s.draining.Load() {
 		s.leave()
 		s.metrics.reject(string(RefusedDraining))
-		return nil, RefusedDraining
+		return RefusedDraining
 	}
-	t := &Ticket{s: s}
+	t.s = s
 	if !s.Ready() {
 		t.Close()
 		s.metrics.reject(string(RefusedNotReady))
-		return nil, RefusedNotReady
+		return RefusedNotReady
 	}
-	return t, ""
+	return ""
 }
 
 // Draining reports whether the service is draining (it admits no call).
@@ -227,7 +241,7 @@ func (t *Ticket) Call(ctx context.Context, c Call) (o Outcome) {
 	s := t.s
 	// g is what the guest's run needs (guestRun.run): one allocation,
 	// made first since it holds the once-only Release.
-	g := &guestRun{s: s, rel: onceFunc{f: c.Release}}
+	g := &guestRun{s: s, rel: onceFunc{f: c.Release, r: c.release}}
 	guestOwnsRelease := false
 	defer func() {
 		if !guestOwnsRelease {
@@ -335,7 +349,7 @@ func (t *Ticket) Call(ctx context.Context, c Call) (o Outcome) {
 	g.sl, g.cat, g.e, g.ctx = sl, cat, e, ctx
 	g.req = executor.Request{CallID: callID, Input: c.Input, Context: c.Context, Tracer: tracer, Timeout: timeout, TimeoutSource: c.TimeoutSource,
 		Deadline: c.Deadline}
-	g.done = make(chan guestResult, 1)
+	g.done = make(chan struct{}, 1)
 	done := g.done
 	cat.hold() // the guest may outlive this call (answered at the deadline)
 	guestOwnsRelease = true
@@ -346,7 +360,8 @@ func (t *Ticket) Call(ctx context.Context, c Call) (o Outcome) {
 	dl := startWait(c.Deadline)
 	defer stopWait(dl)
 	select {
-	case r = <-done:
+	case <-done:
+		r = g.result
 	case <-dl.C:
 		return fail(toolerr.New(toolerr.DeadlineExceeded, "%s", executor.DeadlineMessage(timeout, c.TimeoutSource)).WithTool(c.Tool), nil)
 	case <-ctx.Done():
@@ -355,7 +370,8 @@ func (t *Ticket) Call(ctx context.Context, c Call) (o Outcome) {
 		}
 		// The caller went away: the guest is being cancelled; wait for it
 		// to stop so that the record carries what it used.
-		r = <-done
+		<-done
+		r = g.result
 		if r.err == nil {
 			r.err = toolerr.New(toolerr.Cancelled, "the caller closed the connection")
 		}
@@ -366,7 +382,7 @@ func (t *Ticket) Call(ctx context.Context, c Call) (o Outcome) {
 	rec.recording = r.recording
 	var usage *executor.Usage
 	if r.res != nil {
-		g.usage = r.res.Usage // the guest is done with g: it sent r
+		g.usage = r.res.Usage // the guest is done with g: it sent done
 		usage = &g.usage
 		s.metrics.egressAttempts(mid, r.res.Egress)
 		s.metrics.acquired(mid, r.res.Acquired)
@@ -411,9 +427,12 @@ type guestRun struct {
 	e   *entry
 	ctx context.Context
 	req executor.Request
-	// done receives the run's result, once; nothing of the run touches g
-	// after that.
-	done chan guestResult
+	// done is sent to once result is set; nothing of the run touches g
+	// after that. A channel of struct{} is one allocation; one of
+	// guestResult, which holds pointers, was two (the channel and its
+	// buffer).
+	done   chan struct{}
+	result guestResult
 	// usage is the outcome's copy of the guest's usage (set by the
 	// call's goroutine once it received the result).
 	usage executor.Usage
@@ -461,21 +480,31 @@ func (g *guestRun) run() {
 			r.recording = s.recs.keep(req.Record, req.CallID, r.err, sampled)
 		}
 	}()
-	g.done <- r
+	g.result = r
+	g.done <- struct{}{}
 }
 
-// onceFunc calls f (when set) the first time call is called; later calls
-// do nothing. Cheaper than sync.OnceFunc (one allocation, no mutex): the
-// callers of Ticket.Call's release never race on it (exactly one of the
-// handler and the guest goroutine owns it).
+// onceFunc calls f and r.release (those set) the first time call is
+// called; later calls do nothing. Cheaper than sync.OnceFunc (one
+// allocation, no mutex): the callers of Ticket.Call's release never race
+// on it (exactly one of the handler and the guest goroutine owns it).
 type onceFunc struct {
 	f    func()
+	r    releaser
 	done atomic.Bool
 }
 
+// releaser is what onceFunc calls besides f.
+type releaser interface{ release() }
+
 func (o *onceFunc) call() {
-	if o.f != nil && o.done.CompareAndSwap(false, true) {
-		o.f()
+	if (o.f != nil || o.r != nil) && o.done.CompareAndSwap(false, true) {
+		if o.f != nil {
+			o.f()
+		}
+		if o.r != nil {
+			o.r.release()
+		}
 	}
 }
 

@@ -2,10 +2,13 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // readRequest parses raw as net/http's server does (it canonicalises the
@@ -67,4 +70,57 @@ func TestInvokeHeadersReadWithoutAllocating(t *testing.T) {
 		t.Errorf("%v allocations per call's header reads, want 0", allocs)
 	}
 	_ = sink
+}
+
+// deadlineWriter is a ResponseWriter with net/http's read deadline and
+// flush (no-ops), dropping what is written.
+type deadlineWriter struct{ h http.Header }
+
+func (w *deadlineWriter) Header() http.Header             { return w.h }
+func (w *deadlineWriter) Write(p []byte) (int, error)     { return len(p), nil }
+func (w *deadlineWriter) WriteHeader(int)                 {}
+func (w *deadlineWriter) SetReadDeadline(time.Time) error { return nil }
+func (w *deadlineWriter) FlushError() error               { return nil }
+
+// resettable is a request body that can be read again (Close does nothing).
+type resettable struct{ bytes.Reader }
+
+func (*resettable) Close() error { return nil }
+
+// TestMeteredBodyAllocations: a /v1/invoke body's metering — meterBody,
+// readAll, the flush through its controller, keep and the release — is
+// two allocations: the metered request (body and request copy in one)
+// and the body's bytes. It was five: the body, its controller, the
+// request copy, the bytes and keep's method value.
+func TestMeteredBodyAllocations(t *testing.T) {
+	body := []byte(`{"v":2,"kind":"invoke","tool":{"id":"x"},"input":{},"ctx":{"tenantId":"t","runId":"r"}}`)
+	s := &Server{bodies: byteBudget{limit: 1 << 30}, opts: Options{BodyTimeout: time.Minute}}
+	src := &resettable{}
+	r := readRequest(t, "POST /v1/invoke HTTP/1.1\r\nHost: x\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n")
+	r.Body = src
+	w := &deadlineWriter{h: http.Header{}}
+	allocs := testing.AllocsPerRun(200, func() {
+		src.Reset(body)
+		rb, r2 := s.meterBody(w, r, time.Now())
+		if bodyOf(r2) != rb {
+			t.Fatal("the handler's request does not read the metered body")
+		}
+		got, err := rb.readAll(bodyCharge, MaxBodyBytes)
+		if err != nil || len(got) != len(body) {
+			t.Fatalf("readAll: %d bytes, %v", len(got), err)
+		}
+		_ = rb.rc.Flush()
+		rel := rb.keep()
+		rb.handlerDone()
+		if used, _ := s.bodies.stats(); used == 0 {
+			t.Fatal("the kept charge was released with the handler")
+		}
+		rel.release()
+	})
+	if used, _ := s.bodies.stats(); used != 0 {
+		t.Errorf("%d bytes still charged", used)
+	}
+	if allocs != 2 {
+		t.Errorf("%v allocations per metered body, want 2", allocs)
+	}
 }

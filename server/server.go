@@ -788,14 +788,21 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 
 	// The ticket is held until the answer is written, so a drain waits for
 	// the answer too.
-	ticket, refused := s.Admit()
-	if refused != "" {
+	var ticket Ticket
+	if refused := s.admit(&ticket); refused != "" {
 		refuse(w, refused, "", 0)
 		return
 	}
 	// The answer is flushed before the ticket closes: once a drain has
-	// seen every ticket closed, every answer is on the wire.
-	rc := http.NewResponseController(w)
+	// seen every ticket closed, every answer is on the wire. The
+	// controller is the body's when there is one (no second allocation).
+	br := bodyOf(r) // nil only for a request without a body
+	var rc *http.ResponseController
+	if br != nil {
+		rc = &br.rc
+	} else {
+		rc = http.NewResponseController(w)
+	}
 	defer func() {
 		_ = rc.Flush()
 		ticket.Close()
@@ -818,7 +825,6 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 	// lasts (the guest's run included, which may outlive this handler):
 	// memory for bodies in flight never passes the budget, however many
 	// connections send them.
-	br := bodyOf(r) // nil only for a request without a body
 	// The body must arrive by its own deadline (BodyTimeout, set by
 	// ServeHTTP), or the call's when that is earlier: a trickling client
 	// cannot hold an accepted call and its budget for long. It is lifted
@@ -870,14 +876,14 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		inv.ctx.RequestID = headerValue(r.Header, requestKeys.requestID)
 	}
 	body = nil // parsed: what the call needs lives in inv
-	var releaseBody func()
+	var releaseBody releaser
 	if br != nil {
 		releaseBody = br.keep() // the core releases it when the call is over
 	}
 	o := ticket.Call(r.Context(), Call{
 		Tool: inv.toolID, Version: inv.toolVersion, HasVersion: inv.hasVersion,
 		Input: inv.input, Context: inv.ctx, Start: start, Deadline: deadline, TimeoutSource: timeoutSrc,
-		TraceID: traceID, SpanID: spanID, Release: releaseBody,
+		TraceID: traceID, SpanID: spanID, release: releaseBody,
 		Check: inv.check, Config: inv.config, Trace: inv.trace,
 	})
 	switch {
