@@ -1,6 +1,9 @@
 package server
 
-import "encoding/json"
+import (
+	"encoding/binary"
+	"encoding/json"
+)
 
 // This file is a fast path for parseFrame: it splits a JSON object into
 // its members in one pass, with no reflection, for the frames every call
@@ -285,6 +288,12 @@ func scanLit(b []byte, i int, lit string) (int, bool) {
 func scanString(b []byte, i int) (int, bool) {
 	i++
 	for i < len(b) {
+		// Eight bytes at a time while none of them is special (a 1 KiB
+		// string was a byte-by-byte table loop, 1.9% of the served path's
+		// CPU under wrk), then byte by byte up to the special one.
+		for i+8 <= len(b) && !special8(binary.LittleEndian.Uint64(b[i:])) {
+			i += 8
+		}
 		for i < len(b) && plainByte[b[i]] {
 			i++
 		}
@@ -364,6 +373,21 @@ func scanNumber(b []byte, i int) (int, bool) {
 		}
 	}
 	return i, true
+}
+
+// special8 reports whether any of the eight bytes packed in x is not a
+// plainByte: a control character (< 0x20), '"' or '\\'. Bytes from 0x80
+// up are plain. The word tricks are exact for "any byte" (not for which
+// one): for a byte c < 0x80, c - n borrows into bit 7 exactly when c < n,
+// and a byte c ≥ 0x80 has bit 7 of ^c clear; a borrow only ever starts
+// at a byte that is itself below n (or zero, for equality).
+func special8(x uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	less := (x - ones*0x20) &^ x // a byte < 0x20
+	quote := x ^ (ones * '"')    // zero where a byte is '"'
+	slash := x ^ (ones * '\\')   // zero where a byte is '\\'
+	zero := func(v uint64) uint64 { return (v - ones) &^ v }
+	return (less|zero(quote)|zero(slash))&highs != 0
 }
 
 // plainByte marks the bytes a JSON string holds as they are: not a

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"encoding/binary"
 	"encoding/json"
+	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
@@ -126,6 +128,122 @@ func TestParseFrameObjects(t *testing.T) {
 		}
 		if inv.toolID != c.tool || inv.ctx.TenantID != c.tenant {
 			t.Errorf("%s: tool %q tenant %q, want %q %q", c.frame, inv.toolID, inv.ctx.TenantID, c.tool, c.tenant)
+		}
+	}
+}
+
+// TestSpecial8: special8 answers, for any eight bytes, whether one of
+// them is not a plainByte: every byte value at every position among
+// plain, high (≥ 0x80) and special neighbours, and random words.
+func TestSpecial8(t *testing.T) {
+	ref := func(w [8]byte) bool {
+		for _, c := range w {
+			if !plainByte[c] {
+				return true
+			}
+		}
+		return false
+	}
+	check := func(w [8]byte) {
+		if got, want := special8(binary.LittleEndian.Uint64(w[:])), ref(w); got != want {
+			t.Fatalf("special8(%q) = %v, want %v", w[:], got, want)
+		}
+	}
+	for _, fill := range []byte{'x', 0x80, 0xff, 0x21, 0x23, 0x5b, 0x5d, 0x20, 0x00, '"', '\\', 0x1f} {
+		for pos := 0; pos < 8; pos++ {
+			for c := 0; c < 256; c++ {
+				var w [8]byte
+				for i := range w {
+					w[i] = fill
+				}
+				w[pos] = byte(c)
+				check(w)
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 200000 {
+		var w [8]byte
+		binary.LittleEndian.PutUint64(w[:], rng.Uint64())
+		check(w)
+		for i := range w { // mostly plain, some special
+			if rng.IntN(4) != 0 {
+				w[i] = byte(0x20 + rng.IntN(0x60))
+			}
+		}
+		check(w)
+	}
+}
+
+// scanStringBytewise is scanString as it was, one byte at a time.
+func scanStringBytewise(b []byte, i int) (int, bool) {
+	i++
+	for i < len(b) {
+		c := b[i]
+		switch {
+		case plainByte[c]:
+			i++
+		case c == '"':
+			return i + 1, true
+		case c < 0x20:
+			return 0, false
+		case c == '\\':
+			if i+1 >= len(b) {
+				return 0, false
+			}
+			switch b[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if i+6 > len(b) {
+					return 0, false
+				}
+				for _, h := range b[i+2 : i+6] {
+					if !isHex(h) {
+						return 0, false
+					}
+				}
+				i += 6
+			default:
+				return 0, false
+			}
+		}
+	}
+	return 0, false
+}
+
+// TestScanStringAgreesBytewise: scanString, eight bytes at a time, ends
+// every string where the byte-by-byte scan does (and fails where it
+// does), for strings of every length up to 40 built from plain, high,
+// escape, quote and control bytes at random.
+func TestScanStringAgreesBytewise(t *testing.T) {
+	alphabet := []byte("ab~ \x7f\x80\xc3\xa9\xff\"\\\\nu0Af\x01\x1f/")
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 300000 {
+		b := make([]byte, 1+rng.IntN(40))
+		b[0] = '"'
+		for i := 1; i < len(b); i++ {
+			if rng.IntN(3) == 0 {
+				b[i] = alphabet[rng.IntN(len(alphabet))]
+			} else {
+				b[i] = 'x'
+			}
+		}
+		e1, ok1 := scanString(b, 0)
+		e2, ok2 := scanStringBytewise(b, 0)
+		if e1 != e2 || ok1 != ok2 {
+			t.Fatalf("scanString(%q) = %d %v, bytewise %d %v", b, e1, ok1, e2, ok2)
+		}
+	}
+}
+
+// BenchmarkScanString1KiB: the 1 KiB string of bench-serve's frame.
+func BenchmarkScanString1KiB(b *testing.B) {
+	s := []byte(`"` + strings.Repeat("x", 1024) + `"`)
+	b.SetBytes(int64(len(s)))
+	for b.Loop() {
+		if end, ok := scanString(s, 0); !ok || end != len(s) {
+			b.Fatal(end, ok)
 		}
 	}
 }
