@@ -1,5 +1,7 @@
 package server
 
+import "time"
+
 // ParseTraceparentForTest exposes parseTraceparent's trace id.
 func ParseTraceparentForTest(h string) string {
 	id, _ := ParseTraceparent(h)
@@ -17,3 +19,10 @@ func AdmissionStats(s *Server) (inflight, queued, tenants int) { return s.adm.st
 // Patterns lists the mux patterns the pack routes and Handle mounted, in
 // order (for tests that cover every route).
 func (s *Server) Patterns() []string { return append([]string(nil), s.patterns...) }
+
+// SetGuestIdle sets how long guest workers wait for work before they exit
+// (call it before serving).
+func SetGuestIdle(s *Server, d time.Duration) { s.guestIdle = d }
+
+// GuestWorkers returns the guest workers alive.
+func GuestWorkers(s *Server) int64 { return s.guestWorkers.Load() }

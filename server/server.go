@@ -176,6 +176,10 @@ type Server struct {
 
 	// guestWork hands a guest run to an idle guest worker (goGuest).
 	guestWork chan *guestRun
+	// guestWorkers counts the guest workers alive; guestIdle, when set
+	// (tests), replaces the const guestIdle.
+	guestWorkers atomic.Int64
+	guestIdle    time.Duration
 
 	mux         *http.ServeMux
 	patterns    []string // what routes and Handle mounted, in order
