@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -57,7 +58,7 @@ func (h *eventHandler) writeCall(t time.Time, attrs []slog.Attr) bool {
 	}
 	bp := lineBufs.Get().(*[]byte)
 	b := append((*bp)[:0], `{"time":"`...)
-	b = t.Round(0).AppendFormat(b, time.RFC3339Nano)
+	b = appendRFC3339Nano(b, t)
 	b = append(b, `","level":"INFO","kind":"call"`...)
 	for _, a := range attrs {
 		b = append(b, ',', '"')
@@ -90,4 +91,50 @@ func plainJSON(s string) bool {
 		}
 	}
 	return true
+}
+
+// secondText is the RFC 3339 text of one second in one location: the
+// date and time up to the seconds, and the zone.
+type secondText struct {
+	unix       int64
+	loc        *time.Location
+	head, zone string
+}
+
+// lastSecond is the second the last call record was written in: call
+// records of the same second share its text (time.Time.AppendFormat was
+// 0.8% of the served path's CPU under wrk, bench-serve -cpuprofile c=8).
+var lastSecond atomic.Pointer[secondText]
+
+// appendRFC3339Nano appends t as t.Round(0).AppendFormat(b,
+// time.RFC3339Nano) would: for a year in [0, 9999] (writeCall's), the
+// second's text, cached, and the nanoseconds without trailing zeros (none
+// at all, and no '.', at zero).
+func appendRFC3339Nano(b []byte, t time.Time) []byte {
+	if y := t.Year(); y < 0 || y > 9999 {
+		return t.Round(0).AppendFormat(b, time.RFC3339Nano)
+	}
+	st := lastSecond.Load()
+	if st == nil || st.unix != t.Unix() || st.loc != t.Location() {
+		// The zone's offset is fixed within a second of one location.
+		txt := t.Round(0).Truncate(time.Second).Format(time.RFC3339)
+		n := len("2006-01-02T15:04:05")
+		st = &secondText{unix: t.Unix(), loc: t.Location(), head: txt[:n], zone: txt[n:]}
+		lastSecond.Store(st)
+	}
+	b = append(b, st.head...)
+	if ns := t.Nanosecond(); ns != 0 {
+		var d [10]byte
+		d[0] = '.'
+		for i := 9; i >= 1; i-- {
+			d[i] = byte('0' + ns%10)
+			ns /= 10
+		}
+		end := 10
+		for d[end-1] == '0' {
+			end--
+		}
+		b = append(b, d[:end]...)
+	}
+	return append(b, st.zone...)
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -114,4 +115,38 @@ func BenchmarkCallRecord(b *testing.B) {
 			log.LogAttrs(context.Background(), slog.LevelInfo, "call", attrs...)
 		}
 	})
+}
+
+// TestAppendRFC3339NanoAsAppendFormat: the cached second's text and the
+// trimmed nanoseconds give AppendFormat's RFC3339Nano bytes in UTC, fixed
+// zones east and west, a zone with a DST change (the seconds around it),
+// at second boundaries, for nanoseconds with and without trailing zeros,
+// in any order of seconds and locations (the cache follows both).
+func TestAppendRFC3339NanoAsAppendFormat(t *testing.T) {
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		ny = time.FixedZone("NY", -5*3600) // no zoneinfo on this machine
+	}
+	locs := []*time.Location{time.UTC, time.Local, time.FixedZone("", 5*3600+30*60), time.FixedZone("W", -9*3600), ny}
+	bases := []time.Time{
+		time.Date(2026, 12, 2, 4, 33, 17, 0, time.UTC),
+		time.Date(2026, 3, 8, 6, 59, 58, 0, time.UTC), // New York's spring change at 07:00 UTC
+		time.Date(2026, 11, 1, 5, 59, 59, 0, time.UTC),
+		time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC),
+	}
+	nanos := []int{0, 1, 10, 100000000, 999999999, 984734611, 500000000, 120, 7000}
+	rng := rand.New(rand.NewPCG(5, 6))
+	var got []byte
+	for range 20000 {
+		base := bases[rng.IntN(len(bases))]
+		w := base.Add(time.Duration(rng.IntN(4))*time.Second + time.Duration(nanos[rng.IntN(len(nanos))])).In(locs[rng.IntN(len(locs))])
+		if rng.IntN(2) == 0 {
+			w = time.Now().In(locs[rng.IntN(len(locs))]) // with a monotonic reading
+		}
+		got = appendRFC3339Nano(got[:0], w)
+		if want := w.Round(0).AppendFormat(nil, time.RFC3339Nano); string(got) != string(want) {
+			t.Fatalf("%v: %s, AppendFormat %s", w, got, want)
+		}
+	}
 }
