@@ -247,3 +247,28 @@ func BenchmarkScanString1KiB(b *testing.B) {
 		}
 	}
 }
+
+// TestParseFrameAllocatesOnlyItsStrings: parsing an invoke frame
+// allocates its three strings (tool id, tenantId, runId) and nothing
+// else: the invoke is returned as a value and no field of it is handed to
+// json.Unmarshal, so neither it (288 bytes, with its call context) nor
+// its kind goes to the heap. The slow paths still decode escaped values.
+func TestParseFrameAllocatesOnlyItsStrings(t *testing.T) {
+	frame := []byte(`{"v":2,"kind":"invoke","tool":{"id":"bench.echo"},"input":{"data":"` + strings.Repeat("x", 1024) + `"},"ctx":{"tenantId":"t1","runId":"r1"}}`)
+	if a := testing.AllocsPerRun(200, func() {
+		if _, werr := parseFrame(frame); werr != nil {
+			t.Fatal(werr)
+		}
+	}); a != 3 {
+		t.Errorf("%v allocations per frame, want 3", a)
+	}
+	inv, werr := parseFrame([]byte(`{"v":2,"kind":"\u0069nvoke","tool":{"id":"a\u002eb","version":"1\u002e0"},"input":{},` +
+		`"ctx":{"tenantId":"t\u0031","runId":"r\u0031","orgId":"o\u0031","env":{"K":"v"},"config":{"c":1}}}`))
+	if werr != nil {
+		t.Fatal(werr)
+	}
+	if inv.toolID != "a.b" || inv.toolVersion != "1.0" || !inv.hasVersion || inv.ctx.TenantID != "t1" || inv.ctx.RunID != "r1" ||
+		inv.ctx.OrgID != "o1" || inv.ctx.Env["K"] != "v" || string(inv.ctx.Config["c"]) != "1" {
+		t.Errorf("escaped frame parsed as %+v", inv)
+	}
+}

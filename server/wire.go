@@ -183,11 +183,12 @@ type invoke struct {
 
 // parseFrame checks a request body against the pack protocol's request
 // shapes. It returns the invoke (or check-invoke), or the error message to
-// answer.
-func parseFrame(body []byte) (*invoke, *wireError) {
-	fail := func(code WireCode, format string, args ...any) (*invoke, *wireError) {
+// answer. The invoke is a value: returned by pointer it was an allocation
+// of its size per call (its call context is most of it).
+func parseFrame(body []byte) (invoke, *wireError) {
+	fail := func(code WireCode, format string, args ...any) (invoke, *wireError) {
 		e := protoErr(code, format, args...)
-		return nil, &e
+		return invoke{}, &e
 	}
 	var topBuf [8]member
 	top, fast := splitMembers(body, topBuf[:0])
@@ -217,9 +218,11 @@ func parseFrame(body []byte) (*invoke, *wireError) {
 versionOK:
 	kind, fastKind := plainKind(top.val("kind"))
 	if !fastKind {
-		if err := json.Unmarshal(top.val("kind"), &kind); err != nil || top.val("kind") == nil {
+		var k string // not &kind: kind would be on the heap on every call
+		if err := json.Unmarshal(top.val("kind"), &k); err != nil || top.val("kind") == nil {
 			return fail(WireMalformedMessage, "the request has no string \"kind\"")
 		}
+		kind = k
 	}
 	switch kind {
 	case "invoke":
@@ -250,20 +253,26 @@ versionOK:
 			return fail(WireMalformedMessage, "unknown field %q in \"tool\"", clip(k))
 		}
 	}
+	// The slow paths decode into variables of their own, not into inv's
+	// fields: a field's address given to json.Unmarshal would put all of
+	// inv on the heap on every call.
 	var fastID bool
 	if inv.toolID, fastID = plainString(tool.val("id")); !fastID {
-		if err := json.Unmarshal(tool.val("id"), &inv.toolID); err != nil {
+		var id string
+		if err := json.Unmarshal(tool.val("id"), &id); err != nil {
 			return fail(WireMalformedMessage, "\"tool.id\" must be a non-empty string")
 		}
+		inv.toolID = id
 	}
 	if inv.toolID == "" {
 		return fail(WireMalformedMessage, "\"tool.id\" must be a non-empty string")
 	}
 	if v, ok := tool.get("version"); ok {
-		if err := json.Unmarshal(v, &inv.toolVersion); err != nil || string(v) == "null" {
+		var version string
+		if err := json.Unmarshal(v, &version); err != nil || string(v) == "null" {
 			return fail(WireMalformedMessage, "\"tool.version\" must be a string")
 		}
-		inv.hasVersion = true
+		inv.toolVersion, inv.hasVersion = version, true
 	}
 	in, ok := top.get("input")
 	if !ok {
@@ -277,13 +286,13 @@ versionOK:
 	if msg := parseCallContext(rawCtx, &inv.ctx); msg != "" {
 		return fail(WireMalformedMessage, "%s", msg)
 	}
-	return &inv, nil
+	return inv, nil
 }
 
-func parseCheck(top object) (*invoke, *wireError) {
-	fail := func(code WireCode, format string, args ...any) (*invoke, *wireError) {
+func parseCheck(top object) (invoke, *wireError) {
+	fail := func(code WireCode, format string, args ...any) (invoke, *wireError) {
 		e := protoErr(code, format, args...)
-		return nil, &e
+		return invoke{}, &e
 	}
 	for _, kv := range top {
 		switch k := kv.key; k {
@@ -314,7 +323,7 @@ func parseCheck(top object) (*invoke, *wireError) {
 	}
 	// A check-invoke has no ctx: the call context comes from the trace's
 	// ids when it carries them (RunTrace's tenantId, runId, projectId, orgId).
-	inv := &invoke{toolID: id, check: true, config: top.val("config"), trace: top.val("trace")}
+	inv := invoke{toolID: id, check: true, config: top.val("config"), trace: top.val("trace")}
 	var ids struct {
 		TenantID  any `json:"tenantId"`
 		RunID     any `json:"runId"`
@@ -337,7 +346,9 @@ type wireCheckResult struct {
 
 // parseCallContext decodes ctx: tenantId and runId are required strings,
 // the known optional fields must have their types, unknown fields are
-// accepted and ignored. It returns a problem description or "".
+// accepted and ignored. It returns a problem description or "". cc's
+// fields are set, never handed to json.Unmarshal (which would put the
+// caller's cc on the heap).
 func parseCallContext(raw json.RawMessage, cc *executor.CallContext) string {
 	var buf [8]member
 	m, fast := splitMembers(raw, buf[:0])
@@ -348,40 +359,52 @@ func parseCallContext(raw json.RawMessage, cc *executor.CallContext) string {
 		}
 		m = objectOf(mm)
 	}
-	str := func(name string, dst *string, required bool) string {
+	// str reads the string member name (absent: "", or a problem when it
+	// is required). Values are returned, not stored through pointers
+	// into cc: those went into a table that put the caller's cc on the
+	// heap.
+	str := func(name string, required bool) (string, string) {
 		v, ok := m.get(name)
 		if !ok {
 			if required {
-				return fmt.Sprintf("\"ctx.%s\" is required", name)
+				return "", fmt.Sprintf("\"ctx.%s\" is required", name)
 			}
-			return ""
+			return "", ""
 		}
 		if s, ok := plainString(v); ok {
-			*dst = s
-			return ""
+			return s, ""
 		}
-		if err := json.Unmarshal(v, dst); err != nil || string(v) == "null" {
-			return fmt.Sprintf("\"ctx.%s\" must be a string", name)
+		var s string
+		if err := json.Unmarshal(v, &s); err != nil || string(v) == "null" {
+			return "", fmt.Sprintf("\"ctx.%s\" must be a string", name)
 		}
-		return ""
+		return s, ""
 	}
-	for _, f := range []struct {
-		name     string
-		dst      *string
-		required bool
-	}{
-		{"tenantId", &cc.TenantID, true}, {"runId", &cc.RunID, true},
-		{"projectId", &cc.ProjectID, false}, {"orgId", &cc.OrgID, false},
-		{"requestId", &cc.RequestID, false}, {"idempotencyKey", &cc.IdempotencyKey, false},
-	} {
-		if p := str(f.name, f.dst, f.required); p != "" {
-			return p
-		}
+	var p string
+	if cc.TenantID, p = str("tenantId", true); p != "" {
+		return p
+	}
+	if cc.RunID, p = str("runId", true); p != "" {
+		return p
+	}
+	if cc.ProjectID, p = str("projectId", false); p != "" {
+		return p
+	}
+	if cc.OrgID, p = str("orgId", false); p != "" {
+		return p
+	}
+	if cc.RequestID, p = str("requestId", false); p != "" {
+		return p
+	}
+	if cc.IdempotencyKey, p = str("idempotencyKey", false); p != "" {
+		return p
 	}
 	if v, ok := m.get("env"); ok {
-		if err := json.Unmarshal(v, &cc.Env); err != nil || string(v) == "null" {
+		var env map[string]string
+		if err := json.Unmarshal(v, &env); err != nil || string(v) == "null" {
 			return "\"ctx.env\" must be an object of strings"
 		}
+		cc.Env = env
 	}
 	if v, ok := m.get("secrets"); ok {
 		var sec map[string]json.RawMessage
@@ -399,9 +422,11 @@ func parseCallContext(raw json.RawMessage, cc *executor.CallContext) string {
 		}
 	}
 	if v, ok := m.get("config"); ok {
-		if err := json.Unmarshal(v, &cc.Config); err != nil || cc.Config == nil {
+		var config map[string]json.RawMessage
+		if err := json.Unmarshal(v, &config); err != nil || config == nil {
 			return "\"ctx.config\" must be an object"
 		}
+		cc.Config = config
 	}
 	if v, ok := m.get("settings"); ok {
 		var s map[string]map[string]json.RawMessage
