@@ -38,6 +38,25 @@ func (mt *metering) begin(ctx context.Context, budget int64) (context.Context, f
 	if mt == nil {
 		return ctx, func() {}
 	}
+	mt.prepare(ctx, budget)
+	return mt.m.Context(ctx), mt.end
+}
+
+// beginCall is begin for a guest call that also carries tables (the
+// instance's table account, fuel.WithTableAccount) and the invocation
+// (invocationFrom): one context node for the three (fuel.CallContext)
+// instead of three. done must run when the call returns (nil: nothing to).
+func (mt *metering) beginCall(ctx context.Context, budget int64, tables fuel.TableAccount, inv *invocation) (cctx context.Context, done func()) {
+	var m *fuel.Meter
+	if mt != nil {
+		mt.prepare(ctx, budget)
+		m, done = mt.m, mt.end
+	}
+	return fuel.CallContext(ctx, m, tables, invocationKey{}, inv), done
+}
+
+// prepare sets the meter for a call under ctx with budget units of fuel.
+func (mt *metering) prepare(ctx context.Context, budget int64) {
 	if budget <= 0 {
 		budget = fuel.Unlimited
 	}
@@ -48,7 +67,6 @@ func (mt *metering) begin(ctx context.Context, budget int64) (context.Context, f
 	} else {
 		mt.m.SetPoll(nil)
 	}
-	return mt.m.Context(ctx), mt.end
 }
 
 // watchdogKey carries the CPU watchdog of the call (Tool.guard) to

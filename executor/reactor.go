@@ -271,9 +271,10 @@ func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[strin
 	inv.stageStart(StageGuest)
 	cpu, err, cause := t.guard(ctx, func(gctx context.Context, _ context.CancelCauseFunc) error {
 		in.sleep.ctx.Store(&gctx)
-		cctx, done := in.meter.begin(gctx, t.cfg.fuelBudget)
-		defer done()
-		cctx = fuel.WithTableAccount(context.WithValue(cctx, invocationKey{}, inv), in.tables)
+		cctx, done := in.meter.beginCall(gctx, t.cfg.fuelBudget, in.tables, inv)
+		if done != nil {
+			defer done()
+		}
 		in.sleep.ctx.Store(&cctx)
 		// The guest ABI prepares the call here, under the guard: putting
 		// the input where the guest reads it is the call's work too.

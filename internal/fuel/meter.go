@@ -266,6 +266,43 @@ func WithTableAccount(ctx context.Context, a TableAccount) context.Context {
 	return context.WithValue(ctx, tableKey{}, a)
 }
 
+// CallContext returns ctx carrying, in one context node, what a call into
+// an instance reads from its context: the meter m (Meter.Context; nil: the
+// node answers MeterFrom with ctx's), the table account a
+// (WithTableAccount; nil: ctx's) and val under the caller's own key (as
+// context.WithValue(ctx, key, val); nil key: none). It is the three
+// contexts in one allocation instead of three; MeterFrom, TableAccountFrom
+// and ctx.Value(key) answer as they would on the chain.
+func CallContext(ctx context.Context, m *Meter, a TableAccount, key, val any) context.Context {
+	return &callNode{Context: ctx, m: m, a: a, key: key, val: val}
+}
+
+// callNode is CallContext's context.
+type callNode struct {
+	context.Context
+	m        *Meter
+	a        TableAccount
+	key, val any
+}
+
+func (n *callNode) Value(k any) any {
+	switch k.(type) {
+	case meterKey:
+		if n.m != nil {
+			return n.m
+		}
+	case tableKey:
+		if n.a != nil {
+			return n.a
+		}
+	default:
+		if n.key != nil && k == n.key {
+			return n.val
+		}
+	}
+	return n.Context.Value(k)
+}
+
 // TableAccountFrom returns the TableAccount ctx carries, or nil.
 func TableAccountFrom(ctx context.Context) TableAccount {
 	a, _ := ctx.Value(tableKey{}).(TableAccount)
