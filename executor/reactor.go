@@ -152,7 +152,7 @@ func (t *reactorHandler) instantiate(ctx context.Context, env map[string]string,
 		if !ok {
 			return errTablesOverMem
 		}
-		in.sleep.ctx.Store(&gctx)
+		in.sleep.set(0, gctx)
 		var err error
 		mod, err = t.runtime.InstantiateModule(experimental.WithMemoryAllocator(gctx, in.acct.Allocator()), t.compiled, mc)
 		if err != nil {
@@ -171,7 +171,7 @@ func (t *reactorHandler) instantiate(ctx context.Context, env map[string]string,
 		if watch != nil {
 			cctx = context.WithValue(cctx, hostWatchKey{}, watch)
 		}
-		in.sleep.ctx.Store(&cctx)
+		in.sleep.set(1, cctx)
 		if t.dataInit != "" {
 			if _, err := mod.ExportedFunction(t.dataInit).Call(cctx); err != nil {
 				return err
@@ -270,12 +270,12 @@ func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[strin
 	)
 	inv.stageStart(StageGuest)
 	cpu, err, cause := t.guard(ctx, func(gctx context.Context, _ context.CancelCauseFunc) error {
-		in.sleep.ctx.Store(&gctx)
+		in.sleep.set(0, gctx)
 		cctx, done := in.meter.beginCall(gctx, t.cfg.fuelBudget, in.tables, inv)
 		if done != nil {
 			defer done()
 		}
-		in.sleep.ctx.Store(&cctx)
+		in.sleep.set(1, cctx)
 		// The guest ABI prepares the call here, under the guard: putting
 		// the input where the guest reads it is the call's work too.
 		if err := resultStopped(func() { resultErr = t.abi.begin(cctx, t, in, inv) }); err != nil || resultErr != nil {
@@ -299,7 +299,7 @@ func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[strin
 			output, reusable, resultErr = t.abi.result(cctx, t, inv, in.acct, rc)
 		})
 	})
-	in.sleep.ctx.Store(nil) // the instance keeps nothing of the call's context
+	in.sleep.clear() // the instance keeps nothing of the call's context
 	in.stdout.Switch(nil)
 	in.stderr.Switch(nil)
 	stdout.Flush()

@@ -62,8 +62,26 @@ func (t *toolEnv) guard(ctx context.Context, fn func(ctx context.Context, cancel
 // and charges random_get to it (meteredRand). ctx is the context the instance's
 // guest code currently runs under (the metered one once it is metered).
 type sleeper struct {
-	ctx  atomic.Pointer[context.Context]
+	ctx  atomic.Pointer[context.Context] // nil or &slot[i] (set)
+	slot [2]context.Context
 	tape tape // the clocks and random source of a recorded or replayed call's instance (record.go)
+}
+
+// set makes c the context the instance's guest code runs under from now
+// on. It is kept in the sleeper's slot i (0: the guarded context, 1: the
+// metered one), not in a variable of the caller's that would go to the
+// heap for every call: the instance's guest code, the only reader, runs
+// on the caller's goroutine, so no reader holds a slot that set or clear
+// writes (set(1) writes the slot the published one is not).
+func (s *sleeper) set(i int, c context.Context) {
+	s.slot[i] = c
+	s.ctx.Store(&s.slot[i])
+}
+
+// clear makes the instance keep nothing of the call's contexts.
+func (s *sleeper) clear() {
+	s.ctx.Store(nil)
+	s.slot = [2]context.Context{}
 }
 
 func (s *sleeper) sleep(ns int64) {
