@@ -40,9 +40,9 @@ func (t *commandHandler) run(ctx context.Context, inv *invocation, env map[strin
 		mc = mc.WithStartFunctions(abi.ExportStart)
 	}
 	var meter *metering
-	cpu, err, cause := t.guard(ctx, func(gctx context.Context, cancel context.CancelCauseFunc) error {
+	cpu, err, cause := t.guard(ctx, func(gctx context.Context, cancel stopper) error {
 		sl.ctx.Store(&gctx)
-		stdout.onOverflow = func() { cancel(errOutputCap) }
+		stdout.onOverflow = func() { cancel.cancelCause(errOutputCap) }
 		tables := newTableAccount(acct)
 		if !tables.ReserveTable(t.verdict.TableElems) {
 			return errTablesOverMem

@@ -147,7 +147,7 @@ func (t *reactorHandler) instantiate(ctx context.Context, env map[string]string,
 		watch = &hostWatch{}
 	}
 	var mod api.Module
-	cpu, err, cause := t.guard(ctx, func(gctx context.Context, _ context.CancelCauseFunc) error {
+	cpu, err, cause := t.guard(ctx, func(gctx context.Context, _ stopper) error {
 		gctx, ok := t.initContext(gctx, in.tables) // tables charged, logs capped
 		if !ok {
 			return errTablesOverMem
@@ -269,7 +269,7 @@ func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[strin
 		resultErr error
 	)
 	inv.stageStart(StageGuest)
-	cpu, err, cause := t.guard(ctx, func(gctx context.Context, _ context.CancelCauseFunc) error {
+	cpu, err, cause := t.guard(ctx, func(gctx context.Context, _ stopper) error {
 		in.sleep.set(0, gctx)
 		cctx, done := in.meter.beginCall(gctx, t.cfg.fuelBudget, in.tables, inv)
 		if done != nil {

@@ -25,10 +25,21 @@ var errCPUExceeded = errors.New("cpu budget exceeded")
 // errOutputCap is the cancellation cause when a command's stdout passes memMB.
 var errOutputCap = errors.New("output over memory budget")
 
+// stopper ends a guarded call with a cause: guard's fn gets one. It is an
+// interface, not a context.CancelCauseFunc, so that the call's own
+// context (*callCtx) is one without a method value going to the heap for
+// every call.
+type stopper interface{ cancelCause(cause error) }
+
+// cancelStopper is the stopper of a context.WithCancelCause.
+type cancelStopper context.CancelCauseFunc
+
+func (f cancelStopper) cancelCause(cause error) { f(cause) }
+
 // guard runs fn on a locked OS thread under the CPU watchdog and a context
 // that is cancelled (with a cause) when the budget is spent. fn gets the
-// guarded context and its cancel function.
-func (t *toolEnv) guard(ctx context.Context, fn func(ctx context.Context, cancel context.CancelCauseFunc) error) (cpu time.Duration, err error, cause error) {
+// guarded context and what cancels it.
+func (t *toolEnv) guard(ctx context.Context, fn func(ctx context.Context, cancel stopper) error) (cpu time.Duration, err error, cause error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	budget := time.Duration(t.limits.cpuMs) * time.Millisecond
@@ -41,7 +52,7 @@ func (t *toolEnv) guard(ctx context.Context, fn func(ctx context.Context, cancel
 		// once released.
 		wd := limits.AcquireWatchdog(limits.CurrentThread(), budget, c)
 		c.wd.Store(wd)
-		err = fn(c, c.cancelCause)
+		err = fn(c, c)
 		cpu, _ = wd.Stop()
 		c.wd.Store(nil)
 		wd.Release()
@@ -53,7 +64,7 @@ func (t *toolEnv) guard(ctx context.Context, fn func(ctx context.Context, cancel
 	wd := limits.StartWatchdog(limits.CurrentThread(), budget, func(time.Duration) { cancel(errCPUExceeded) })
 	// The fuel meter also asks the watchdog at every refill (metering.begin), so
 	// the budget holds even when the watchdog's timer runs late.
-	err = fn(context.WithValue(gctx, watchdogKey{}, wd), cancel)
+	err = fn(context.WithValue(gctx, watchdogKey{}, wd), cancelStopper(cancel))
 	cpu, _ = wd.Stop()
 	return cpu, err, context.Cause(gctx)
 }
