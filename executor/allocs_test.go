@@ -13,7 +13,7 @@ import (
 // validation's, the callCtx, the invocation, the output's copy and the
 // Result, wazero's call. The per-call contexts, stream forwarders and
 // closures of reactorHandler.run are not among them (issue 26).
-const recycledEchoAllocs = 23
+const recycledEchoAllocs = 21
 
 func TestRecycledCallAllocs(t *testing.T) {
 	e := newExecutor(t, func(c executor.Config) executor.Config { return c.WithPoolSize(2) })

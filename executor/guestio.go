@@ -44,6 +44,24 @@ func newLineForwarder(sink io.Writer, toolID, stream string) *lineForwarder {
 	return &lineForwarder{sink: sink, toolID: toolID, stream: stream}
 }
 
+// reset makes f the forwarder of a new call to sink: nothing of what an
+// earlier call wrote remains (its pending partial line and its tail are
+// cleared, the forwarding cap counts from 0); only the buffers' capacity
+// is kept, so a recycled instance's calls allocate no forwarders
+// (instance.callStreams).
+func (f *lineForwarder) reset(sink io.Writer, toolID, stream string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.toolID != toolID || f.stream != stream {
+		f.prefix = ""
+	}
+	f.sink, f.toolID, f.stream = sink, toolID, stream
+	clear(f.pending)
+	clear(f.tail)
+	f.pending, f.tail = f.pending[:0], f.tail[:0]
+	f.forwarded, f.dropped = 0, 0
+}
+
 // linePrefix returns "[tool stream] ". f.mu is held.
 func (f *lineForwarder) linePrefix() string {
 	if f.prefix == "" {

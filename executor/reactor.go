@@ -92,8 +92,12 @@ type instance struct {
 	needs          needsKey      // posture none: the key of the calls it serves (warmKey)
 	sleep          *sleeper
 	stdout, stderr *switchWriter
-	vars           *varStore     // an Extism plug-in's vars
-	grew           *atomic.Int32 // its handler's count of instances a reset found grown (instance.reset)
+	// The forwarders of the call it serves when it did not make them
+	// itself (callStreams): reset for every call, so that a reused
+	// instance's calls allocate none, and one call's at a time.
+	callOut, callErr lineForwarder
+	vars             *varStore     // an Extism plug-in's vars
+	grew             *atomic.Int32 // its handler's count of instances a reset found grown (instance.reset)
 	// Config.WithRecordable: the answers that made its current state and
 	// the switch its clocks and random source go through (record.go).
 	init      []*RecordedCall
@@ -213,9 +217,8 @@ func (t *reactorHandler) instantiate(ctx context.Context, env map[string]string,
 }
 
 func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[string]string) *runOutcome {
-	stdout := newLineForwarder(t.cfg.guestStdout, t.id, "stdout")
-	stderr := newLineForwarder(t.cfg.guestStderr, t.id, "stderr")
-	key := t.warmKey(env, inv) // posture none reuses an instance only for the same needs
+	var stdout, stderr *lineForwarder // the call's streams
+	key := t.warmKey(env, inv)        // posture none reuses an instance only for the same needs
 	inv.stageStart(StageAcquire)
 	var in *instance
 	pooledRec := t.pooledRecording(inv) // record.go
@@ -230,6 +233,10 @@ func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[strin
 	switch {
 	case in == nil:
 		var err error
+		// An instance made for the call writes its set-up's output to the
+		// call's streams, which it keeps as its own between calls.
+		stdout = newLineForwarder(t.cfg.guestStdout, t.id, "stdout")
+		stderr = newLineForwarder(t.cfg.guestStderr, t.id, "stderr")
 		if in, acquired, err = t.newCallInstance(ctx, env, freshTape(inv, pooledRec), stdout, stderr); err != nil {
 			inv.stageEnd(StageAcquire, string(AcquiredInstantiated), err)
 			return &runOutcome{err: err, acquired: AcquiredInstantiated}
@@ -242,6 +249,9 @@ func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[strin
 		acquired = AcquiredPooled
 	}
 	inv.stageEnd(StageAcquire, string(acquired), nil)
+	if stdout == nil {
+		stdout, stderr = in.callStreams(t)
+	}
 	if in.wake {
 		in.wake = false
 		defer t.wakeRefill() // once the call is over
@@ -326,6 +336,16 @@ func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[strin
 	}
 	t.retire(in)
 	return out
+}
+
+// callStreams returns the instance's call forwarders reset for a new call
+// of t's. Only the call the instance serves writes to them (its switch
+// writers route to them from Switch to Switch(nil)), and run is done with
+// them (Flush, Tail) before it gives the instance back.
+func (in *instance) callStreams(t *reactorHandler) (stdout, stderr *lineForwarder) {
+	in.callOut.reset(t.cfg.guestStdout, t.id, "stdout")
+	in.callErr.reset(t.cfg.guestStderr, t.id, "stderr")
+	return &in.callOut, &in.callErr
 }
 
 // resultStopped runs a guest ABI's result step and returns, as an error, a
