@@ -74,6 +74,9 @@ type invocation struct {
 	config  map[string][]byte
 	trace   Tracer // the call's tracer (trace.go); nil when none
 	tape    tape   // a recorded or replayed call's host answers (record.go); nil when neither
+	// The outcome a reactor's run returns (a pointer to it): one
+	// allocation less per call than a runOutcome of its own.
+	outcome runOutcome
 
 	mu        sync.Mutex
 	context   []byte // the context document, once contextDoc made it

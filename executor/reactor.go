@@ -314,7 +314,8 @@ func (t *reactorHandler) run(ctx context.Context, inv *invocation, env map[strin
 	in.stderr.Switch(nil)
 	stdout.Flush()
 	stderr.Flush()
-	out := &runOutcome{cpu: cpu, peak: in.acct.Peak(), fuel: in.meter.used(), acquired: acquired}
+	out := &inv.outcome
+	*out = runOutcome{cpu: cpu, peak: in.acct.Peak(), fuel: in.meter.used(), acquired: acquired}
 	switch {
 	case err != nil && in.meter.ranOut() && cause == nil:
 		out.err = t.fuelExceeded(out.fuel)
