@@ -321,7 +321,7 @@ func TestAccountDiscard(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer img.Close()
-	buf = lm.Reallocate(2 * PageSize)
+	lm.Reallocate(2 * PageSize) // the image's size: MapImage maps it over the first two pages
 	if ok, _, err := a.MapImage(img, nil, false); !ok || err != nil {
 		t.Fatalf("MapImage = %v, %v", ok, err)
 	}
