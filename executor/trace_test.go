@@ -3,6 +3,7 @@ package executor_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
@@ -93,9 +94,16 @@ func TestTracerHooksAllocateNothing(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		_, _ = tool.Invoke(context.Background(), req)
 	}
-	off := testing.AllocsPerRun(200, func() { _, _ = tool.Invoke(context.Background(), req) })
-	req.Tracer = noopTracer{}
-	on := testing.AllocsPerRun(200, func() { _, _ = tool.Invoke(context.Background(), req) })
+	// The least of 10 interleaved rounds each: a round also counts what
+	// the pool's refill goroutine allocates meanwhile (the CI preview of
+	// 83b1d56 saw 23 off, 22 on under -race at load).
+	plain, traced := req, req
+	traced.Tracer = noopTracer{}
+	off, on := math.Inf(1), math.Inf(1)
+	for range 10 {
+		off = min(off, testing.AllocsPerRun(100, func() { _, _ = tool.Invoke(context.Background(), plain) }))
+		on = min(on, testing.AllocsPerRun(100, func() { _, _ = tool.Invoke(context.Background(), traced) }))
+	}
 	t.Logf("allocs per call: %.1f without a Tracer, %.1f with a no-op one", off, on)
 	if on != off {
 		t.Errorf("the hooks allocate: %.1f allocs per call with a no-op Tracer, %.1f without", on, off)
