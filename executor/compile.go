@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/tetratelabs/wazero"
 
@@ -56,7 +57,7 @@ func (e *Executor) compile(ctx context.Context, r wazero.Runtime, bin []byte) (_
 		defer e.backgroundDone()
 		// The compile must not see ctx's cancellation half way (wazero does
 		// not honour it anyway); it runs to its end.
-		cm, err := r.CompileModule(context.WithoutCancel(ctx), bin)
+		cm, err := compileModule(context.WithoutCancel(ctx), r, bin)
 		select {
 		case <-abandoned:
 			if cm != nil {
@@ -87,6 +88,26 @@ func (e *Executor) compile(ctx context.Context, r wazero.Runtime, bin []byte) (_
 		}
 		return nil, true, toolerr.Wrap(toolerr.As(ctx.Err()).Code, ctx.Err(), "stopped waiting for the module to compile")
 	}
+}
+
+// compileModule is r.CompileModule with a panic of wazero's decoder,
+// validator or compiler returned as an error: wazero v1.12 panics on some
+// invalid modules instead of refusing them (its validator indexed the type
+// list with a callee's unchecked type index: wasmbin.CheckBudget now
+// refuses that module first), and a panic in this goroutine would end the
+// whole process, every other tenant's calls with it.
+func compileModule(ctx context.Context, r compiler, bin []byte) (cm wazero.CompiledModule, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			cm, err = nil, fmt.Errorf("wazero failed on the module instead of refusing it (%v): the module is invalid or uses what wazero cannot compile", p)
+		}
+	}()
+	return r.CompileModule(ctx, bin)
+}
+
+// compiler is the part of wazero.Runtime that compileModule uses.
+type compiler interface {
+	CompileModule(ctx context.Context, bin []byte) (wazero.CompiledModule, error)
 }
 
 // instrumentUntilDone runs the fuel pass (through e.fuelCache) like compile: it

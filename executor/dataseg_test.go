@@ -118,3 +118,34 @@ func TestMalformedCountsRefusedWhenUnmeteredAllowed(t *testing.T) {
 		}
 	}
 }
+
+// calleeTypeBomb is a module whose function 0 calls function 1, whose
+// declared type (73) does not exist: wazero v1.12's validator looks the
+// callee's type up unchecked while validating function 0, before it
+// checks function 1's type index, and panics (a 526-byte mutant of a
+// repository guest found it; in the compile goroutine the panic ended the
+// process).
+func calleeTypeBomb() []byte {
+	const hdr = "\x00asm\x01\x00\x00\x00"
+	return []byte(hdr +
+		"\x01\x07\x02\x60\x00\x00\x60\x00\x00" + // two types [] -> []
+		"\x03\x03\x02\x00\x49" + // function 0: type 0, function 1: type 73
+		"\x0a\x09\x02\x04\x00\x10\x01\x0b\x02\x00\x0b") // call 1; end / end
+}
+
+// With unmetered modules allowed, the module that made wazero panic is
+// refused at load with handler-shape-invalid naming the function and its
+// type, and the executor (the process) goes on serving.
+func TestCalleeTypeRefusedWhenUnmeteredAllowed(t *testing.T) {
+	e := newExecutor(t, func(c executor.Config) executor.Config { return c.WithAllowUnmetered(true) })
+	_, err := e.Load(context.Background(), manifestFor(t, "echo_reactor", nil), executor.WithModule(calleeTypeBomb()))
+	te := wantCode(t, err, toolerr.HandlerShapeInvalid)
+	if !strings.Contains(te.Message, "function 1 declares type 73") {
+		t.Errorf("message %q does not name function 1 and its type", te.Message)
+	}
+	tool, err := e.Load(context.Background(), manifestFor(t, "echo_reactor", nil))
+	if err != nil {
+		t.Fatalf("a valid module after the refusal: %v", err)
+	}
+	_ = tool.Close(context.Background())
+}

@@ -104,7 +104,9 @@ func checkScansAsWazero(t testing.TB, what string, bin []byte) {
 
 // checkLoops re-scans an instrumented body: a check (the counter's
 // decrement, from the local or the global) right at the entry and after
-// every loop header; in a helper, a call of refill inside every loop.
+// every loop header, or, in a function with no loop and no call (a leaf),
+// a charge of the counter at the entry; in a helper, a call of refill
+// inside every loop.
 func checkLoops(expr []byte, st *Stats, helper bool) error {
 	isCheck := func(at int) bool {
 		r := wasmbin.NewReader(expr, at)
@@ -155,8 +157,34 @@ func checkLoops(expr []byte, st *Stats, helper bool) error {
 			}
 		}
 	}
+	// A leaf (no loop, no call) has a charge of the counter itself at its
+	// entry instead: global.get $fuel; i64.const C; i64.sub; local.set $d.
+	isLeafEntry := func() bool {
+		r := wasmbin.NewReader(expr, 0)
+		if op, err := r.Byte(); err != nil || op != 0x23 {
+			return false
+		}
+		if g, err := r.U32(); err != nil || g != st.FuelGlobal {
+			return false
+		}
+		if c, err := r.Byte(); err != nil || c != 0x42 {
+			return false
+		}
+		if c, err := r.SLEB(64); err != nil || c < 1 {
+			return false
+		}
+		if c, err := r.Byte(); err != nil || c != 0x7d {
+			return false
+		}
+		c, err := r.Byte()
+		return err == nil && c == 0x21
+	}
+	leaf := false
 	if !helper && !isCheck(entry) {
-		return fmt.Errorf("no check at the function's entry")
+		if !isLeafEntry() {
+			return fmt.Errorf("no check at the function's entry")
+		}
+		leaf = true
 	}
 	type frame struct {
 		loop, refilled bool
@@ -166,6 +194,11 @@ func checkLoops(expr []byte, st *Stats, helper bool) error {
 	var bad error
 	err := wasmbin.ScanExpr(wasmbin.NewReader(expr, 0), wasmbin.Refuse, func(k wasmbin.Op, start, end int) {
 		if bad != nil {
+			return
+		}
+		if leaf && (k == wasmbin.OpLoop || k == wasmbin.OpFunc && expr[start] != 0xd2 ||
+			k == wasmbin.OpOther && (expr[start] == 0x11 || expr[start] == 0x13)) {
+			bad = fmt.Errorf("a function metered as a leaf loops or calls at offset %d", start)
 			return
 		}
 		switch k {
@@ -200,6 +233,24 @@ func checkLoops(expr []byte, st *Stats, helper bool) error {
 		return fmt.Errorf("the output does not scan: %v", err)
 	}
 	return bad
+}
+
+// compileGuarded compiles bin in r. wazero panics on some invalid modules
+// instead of refusing them (v1.12's validator on a call of a function whose
+// type index does not exist): a panic is returned as an error, and the test
+// fails unless wasmbin.CheckBudget, which the executor runs before it
+// compiles anything, refuses bin.
+func compileGuarded(t testing.TB, ctx context.Context, r wazero.Runtime, bin []byte) (c wazero.CompiledModule, err error) {
+	t.Helper()
+	defer func() {
+		if p := recover(); p != nil {
+			c, err = nil, fmt.Errorf("wazero panicked: %v", p)
+			if wasmbin.CheckBudget(bin, wasmbin.Budget{}) == nil {
+				t.Errorf("wazero panics compiling a module wasmbin.CheckBudget accepts (the executor would compile it): %v", p)
+			}
+		}
+	}()
+	return r.CompileModule(ctx, bin)
 }
 
 // mutate returns a copy of b with a few bytes changed, inserted or deleted,
@@ -259,7 +310,7 @@ func TestAgreementMutations(t *testing.T) {
 	for i := 0; i < n; i++ {
 		bin := limitTables(t, seeds[rng.Intn(len(seeds))])
 		bin = mutate(rng, bin)
-		c, err := r.CompileModule(ctx, bin)
+		c, err := compileGuarded(t, ctx, r, bin)
 		if err != nil {
 			continue
 		}
@@ -385,7 +436,7 @@ func FuzzInstrumentAgreement(f *testing.F) {
 			}
 			return
 		}
-		c, err := r.CompileModule(ctx, b)
+		c, err := compileGuarded(t, ctx, r, b)
 		if err != nil {
 			return
 		}

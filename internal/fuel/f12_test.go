@@ -206,7 +206,7 @@ func wazeroAccepts(t testing.TB, bin []byte) bool {
 	ctx := context.Background()
 	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCoreFeatures(api.CoreFeaturesV2))
 	defer r.Close(ctx)
-	c, err := r.CompileModule(ctx, bin)
+	c, err := compileGuarded(t, ctx, r, bin)
 	if err == nil {
 		c.Close(ctx)
 	}

@@ -108,7 +108,7 @@ func FuzzInstrument(f *testing.F) {
 		if _, err := Decode(out); err != nil {
 			t.Fatalf("the output does not decode: %v", err)
 		}
-		in, err := r.CompileModule(ctx, b)
+		in, err := compileGuarded(t, ctx, r, b)
 		if err != nil {
 			return
 		}

@@ -172,6 +172,14 @@ func scanShapes(b []byte, budget Budget) ([]FuncShape, error) {
 				funcTypes = append(funcTypes, uint32(t))
 			}
 		case 10:
+			// wazero v1.12's validator indexes the type list with a
+			// function's type index unchecked (it panics on a type past
+			// the list): refuse such a module here, before it is compiled.
+			for i, t := range funcTypes {
+				if uint64(t) >= uint64(len(typeParams)) {
+					return nil, fmt.Errorf("function %d declares type %d, but the module defines %d types: the module is invalid (rebuild it)", imported+uint32(i), t, len(typeParams))
+				}
+			}
 			if budget.MaxCodeBytes > 0 && size > budget.MaxCodeBytes {
 				return nil, &BudgetError{Limit: "code bytes", Value: size, Max: budget.MaxCodeBytes}
 			}
