@@ -3,6 +3,7 @@ package conformance
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"net"
@@ -14,9 +15,11 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandboxd/sandboxd/artifact"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
+	"github.com/sandboxd/sandboxd/toolerr"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -421,5 +424,65 @@ func TestFuelBudget(t *testing.T) {
 	}
 	if rep := run(t, samplePack, Options{Deterministic: true, FuelBudget: 1 << 40}); rep.Failed() {
 		t.Errorf("a generous fuel budget failed the sample pack")
+	}
+}
+
+// TestModuleCheckRefusesWhatCrashesWazero: a module that makes wazero
+// v1.12's validator panic (function 0 calls function 1, whose type index
+// does not exist) and a compile bomb (F16's loop-phi shape, 56 s to
+// compile at 1.1 MB) fail the module check with handler-shape-invalid, at
+// once: conformance compiles a module through the executor's guard.
+func TestModuleCheckRefusesWhatCrashesWazero(t *testing.T) {
+	const hdr = "\x00asm\x01\x00\x00\x00"
+	calleeType := []byte(hdr + "\x01\x07\x02\x60\x00\x00\x60\x00\x00" + "\x03\x03\x02\x00\x49" +
+		"\x0a\x09\x02\x04\x00\x10\x01\x0b\x02\x00\x0b")
+	// 40,000 i32 locals live around one loop (over the budget's carried values).
+	var body []byte
+	body = append(binary.AppendUvarint([]byte{1}, 40000), 0x7f, 0x03, 0x40)
+	for i := 0; i < 40000; i++ {
+		body = binary.AppendUvarint(append(body, 0x20), uint64((i+1)%40000))
+		body = binary.AppendUvarint(append(body, 0x21), uint64(i))
+	}
+	body = append(body, 0x41, 0x00, 0x0d, 0x00, 0x0b, 0x0b)
+	code := append(binary.AppendUvarint([]byte{1}, uint64(len(body))), body...)
+	bomb := append([]byte(hdr+"\x01\x04\x01\x60\x00\x00"+"\x03\x02\x01\x00"+"\x0a"), binary.AppendUvarint(nil, uint64(len(code)))...)
+	bomb = append(bomb, code...)
+	for name, bin := range map[string][]byte{"callee-type": calleeType, "loop-bomb": bomb} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			m, err := os.ReadFile(filepath.Join(brokenPack, "not-compiling.tool.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var doc map[string]any
+			if err := json.Unmarshal(m, &doc); err != nil {
+				t.Fatal(err)
+			}
+			doc["id"] = "crash." + name
+			doc["codeArtifactRef"] = map[string]any{"kind": "filesystem", "modulePath": "m.wasm"}
+			m, _ = json.Marshal(doc)
+			if err := os.WriteFile(filepath.Join(dir, "m.tool.json"), m, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "m.wasm"), bin, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			rep := run(t, dir, Options{AllowUnmetered: true})
+			el := time.Since(start)
+			var module *Check
+			for i := range rep.Checks {
+				if rep.Checks[i].Name == "module" {
+					module = &rep.Checks[i]
+				}
+			}
+			if module == nil || module.Status != StatusFail || module.Code != string(toolerr.HandlerShapeInvalid) {
+				t.Fatalf("module check %+v, want a handler-shape-invalid failure", module)
+			}
+			if el > 10*time.Second {
+				t.Errorf("the check took %v", el)
+			}
+			t.Logf("%s: %s (%v)", name, module.Reason, el)
+		})
 	}
 }

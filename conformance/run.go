@@ -631,9 +631,13 @@ func (r *runner) checkTool(ctx context.Context, name string, pt packTool, caseFi
 		return nil
 	}
 	// module
-	cm, err := r.wz.CompileModule(ctx, mod.Bytes)
+	cm, err := executor.CompileChecked(ctx, r.wz, mod.Bytes)
 	if err != nil {
-		add("module", StatusFail, toolerr.HandlerShapeInvalid, "module does not compile: %v", err)
+		msg := err.Error()
+		if te := (*toolerr.Error)(nil); errors.As(err, &te) {
+			msg = te.Message // the guard's refusal, without its code
+		}
+		add("module", StatusFail, toolerr.HandlerShapeInvalid, "module does not compile: %s", msg)
 		skipAll("the module does not compile", "abi")
 		r.skipBehaviour(name, m, caseFiles, "the module does not compile")
 		return nil

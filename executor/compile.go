@@ -105,6 +105,19 @@ func compileModule(ctx context.Context, r compiler, bin []byte) (cm wazero.Compi
 	return r.CompileModule(ctx, bin)
 }
 
+// CompileChecked compiles bin in r after the checks Load makes before
+// anything reads a module: what is not a WebAssembly core module, and a
+// module whose shapes would make wazero's compiler super-linear or that
+// wazero would panic on, is refused with handler-shape-invalid; any other
+// panic of wazero's comes back as an error. For callers that only validate
+// a module (conformance's module check).
+func CompileChecked(ctx context.Context, r wazero.Runtime, bin []byte) (wazero.CompiledModule, error) {
+	if err := checkCompileBudget(bin); err != nil {
+		return nil, err
+	}
+	return compileModule(ctx, r, bin)
+}
+
 // compiler is the part of wazero.Runtime that compileModule uses.
 type compiler interface {
 	CompileModule(ctx context.Context, bin []byte) (wazero.CompiledModule, error)
