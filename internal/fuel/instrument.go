@@ -12,9 +12,9 @@ import (
 // Version identifies the pass. It changes whenever Instrument's output for
 // some input changes, or could (version 8: the pass reads with
 // wasmbin.ScanExpr; version 9: charge per segment; version 10: refill
-// paths carry locals across the call); a cache of
+// paths carry locals across the call; version 11: leaves have no check); a cache of
 // instrumented modules keys on it together with the input's digest.
-const Version = 10
+const Version = 11
 
 // Reserved export names the pass adds. A module that exports any name
 // beginning with ReservedPrefix is refused, whether or not it is resettable:
@@ -61,8 +61,9 @@ type Stats struct {
 	// Functions is the number of function bodies instrumented.
 	Functions int
 	// Checks is the number of checks inserted (function entries plus loop
-	// headers).
-	Checks int
+	// headers); Leaves is the number of functions metered without one
+	// (leaves: no loop, no call; see Leaf functions).
+	Checks, Leaves int
 	// MovedStart reports that the module had a start function, now
 	// exported as StartExport.
 	MovedStart bool
@@ -106,6 +107,10 @@ type options struct {
 	// instead of versioning loops (appendLoopOpen): the output of pass
 	// version 6.
 	plainLoops bool
+	// plainLeaves gives a leaf (a function without loops or calls) the
+	// check and the sync through the floor that other functions have: the
+	// output of pass version 10 for it.
+	plainLeaves bool
 }
 
 func instrumentWith(in []byte, o options) ([]byte, *Stats, error) {
@@ -228,7 +233,7 @@ func (m *Module) instrument(o options) (*Stats, error) {
 	globals.Globals = append(globals.Globals,
 		Global{Type: 0x7e, Mutable: true, Init: append(init, 0x0b)},
 		Global{Type: 0x7e, Mutable: true, Init: []byte{0x42, 0x00, 0x0b}})
-	chk := &checker{fuel: fuel, limit: limit, refill: refill, local: -1, bulk: hs, plainLoops: o.plainLoops}
+	chk := &checker{fuel: fuel, limit: limit, refill: refill, local: -1, bulk: hs, plainLoops: o.plainLoops, plainLeaves: o.plainLeaves}
 	if st.Resettable {
 		dirty := limit + 1
 		globals.Globals = append(globals.Globals, Global{Type: 0x7f, Mutable: true, Init: []byte{0x41, 0x00, 0x0b}})
@@ -271,6 +276,9 @@ func (m *Module) instrument(o options) (*Stats, error) {
 			code.Funcs[i].Expr = expr
 			st.Functions++
 			st.Checks += n2
+			if n2 == 0 {
+				st.Leaves++
+			}
 		}
 		// The helpers the bodies call, after the module's own functions.
 		if len(hs.bodies) > 0 {

@@ -27,6 +27,7 @@ type checker struct {
 	local                      int64
 	bulk                       *helpers // the module's bulk and growth helpers
 	plainLoops                 bool     // never version loops (options)
+	plainLeaves                bool     // check leaves as other functions (options)
 	// params and groups are the function's parameter types and local
 	// declarations (localType).
 	params []byte
@@ -82,6 +83,11 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 	segOf := []int{0}
 	var edits []edit
 	tryTable := false
+	// calls reports that the expression calls out (a call of any kind, or
+	// a bulk or growth instruction, which becomes a call of its helper);
+	// loops that it has a loop. A function with neither is a leaf (see
+	// Leaf functions in the package documentation).
+	calls, loops := false, false
 	// The open frames: the level each belongs to and, for a loop the pass
 	// may version (see appendLoopOpen), true.
 	type frame struct {
@@ -100,6 +106,7 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 	// reloads the local after a call. They apply only to a function that
 	// keeps its counter in a local.
 	sync := func(at int) { edits = append(edits, edit{start: at, end: at, kind: editSync}) }
+	callOut := func(at int) { calls = true; sync(at) }
 	var bad error
 	err := wasmbin.ScanExpr(r, wasmbin.Refuse, func(k wasmbin.Op, start, end int) {
 		cur := stack[len(stack)-1].level
@@ -128,9 +135,11 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 					}
 				}
 			case 0x11: // call_indirect
-				sync(start)
+				callOut(start)
 				edits = append(edits, edit{start: end, end: end, kind: editReload})
-			case 0x13, 0x0f: // return_call_indirect, return
+			case 0x13: // return_call_indirect
+				callOut(start)
+			case 0x0f: // return
 				sync(start)
 			case 0x0c, 0x0d, 0x0e: // br, br_if, br_table
 				if branchesOut(expr[start+1:end], op, len(stack)-1) {
@@ -154,14 +163,14 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 					}
 					break
 				}
-				sync(start)
+				callOut(start)
 				edits = append(edits, edit{start: start, end: end, kind: editHelper, helper: f},
 					edit{start: end, end: end, kind: editReload})
 			}
 		case wasmbin.OpFunc:
 			costs[segOf[cur]]++
 			if op != 0xd2 { // call, return_call
-				sync(start)
+				callOut(start)
 			}
 			edits = append(edits, edit{start: start, end: end, kind: editFunc})
 			if op == 0x10 {
@@ -176,6 +185,7 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 				tryTable = true
 			}
 		case wasmbin.OpLoop:
+			loops = true
 			level := len(costs)
 			v := chk != nil && versionable(expr[start+1:end])
 			stack = append(stack, frame{level: level, versioned: v, loop: true})
@@ -225,9 +235,16 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 	// local (where the check's fast path touches no memory and the call is
 	// what costs); elsewhere the versioning edits are left out.
 	version := chk != nil && chk.local >= 0 && !chk.plainLoops
+	// A leaf keeps the counter itself in its local, not the fuel above the
+	// floor, and has no check: its entry loads the counter less the first
+	// segment's cost, every way out stores the local back.
+	leaf := chk != nil && chk.local >= 0 && !calls && !loops && !chk.plainLeaves
 	out := make([]byte, 0, len(expr)+len(costs)*48)
 	checks := 0
-	if chk != nil {
+	switch {
+	case leaf:
+		out = chk.appendLeafEntry(out, max(costs[0], 1))
+	case chk != nil:
 		if chk.local >= 0 {
 			out = chk.reload(out)
 		}
@@ -280,6 +297,8 @@ func transformExpr(expr []byte, remap func(uint32) uint32, chk *checker, bnd bou
 		case editReload, editSync:
 			switch {
 			case chk == nil || chk.local < 0:
+			case leaf: // a leaf has no call, so no reload: a way out
+				out = chk.leafSync(out)
 			case e.kind == editReload:
 				out = chk.reload(out)
 			default:
@@ -500,6 +519,25 @@ func (c *checker) appendEntry(b []byte, cost int64) []byte {
 		ps[i] = uint32(i)
 	}
 	return c.appendLocalCarrying(b, max(cost, 1), ps)
+}
+
+// appendLeafEntry appends a leaf's entry: its local is set to the counter
+// less cost, the first segment's (global.get $fuel; i64.const cost;
+// i64.sub; local.set $d), with no comparison: a leaf runs each of its
+// instructions at most once, and the caller's next check (or, for a call
+// from the host, the end of the call) sees a deficit it leaves.
+func (c *checker) appendLeafEntry(b []byte, cost int64) []byte {
+	b = wasmbin.AppendULEB(append(b, 0x23), uint64(c.fuel)) // global.get $fuel
+	b = wasmbin.AppendSLEB(append(b, 0x42), cost)           // i64.const
+	b = append(b, 0x7d, 0x21)                               // i64.sub, local.set
+	return wasmbin.AppendULEB(b, uint64(c.local))
+}
+
+// leafSync writes a leaf's local back to the counter before every way out
+// of it (local.get $d; global.set $fuel).
+func (c *checker) leafSync(b []byte) []byte {
+	b = wasmbin.AppendULEB(append(b, 0x20), uint64(c.local)) // local.get $d
+	return wasmbin.AppendULEB(append(b, 0x24), uint64(c.fuel))
 }
 
 // maxCarriedParams bounds the parameters the entry check carries across

@@ -283,3 +283,94 @@ func TestVersionedLoopsStop(t *testing.T) {
 		})
 	}
 }
+
+// TestLeavesKeepFuel: a leaf (a function without loops and calls, pass
+// version 11) charges what it charged with the entry check and the sync
+// through the floor (options.plainLeaves: version 10's output), so every
+// module of the corpus computes the same and has the same fuel left after
+// each call, under budgets that end inside a Slice, just past one and after
+// several. Where the budget runs out the two may stop at different points,
+// and only there: a leaf does not check, so version 10 trapped at a leaf's
+// entry where version 11 traps at the next check after it (or the call
+// returns overdrawn when no check is left).
+func TestLeavesKeepFuel(t *testing.T) {
+	var files []string
+	for _, pattern := range []string{"testdata/wat/*.wasm", "../../testdata/wasm/*.wasm", "testdata/ttf/*.wasm"} {
+		fs, _ := filepath.Glob(pattern)
+		files = append(files, fs...)
+	}
+	budgets := []int64{20_000, Slice + 54_321, 8*Slice + 7}
+	step := 1
+	if testing.Short() || raceEnabled {
+		step = 4
+	}
+	compared, leaves, full := 0, 0, 0
+	for i := 0; i < len(files); i += step {
+		f := files[i]
+		name := filepath.Base(f)
+		if strings.HasPrefix(name, "hostile_") || name == "features.wasm" || longLoop(name) {
+			continue // invalid on purpose; needs providers; runs for seconds
+		}
+		bin, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(bin) > 1<<20 || exportsReserved(t, bin) {
+			continue
+		}
+		bin = limitTables(t, bin)
+		now, st, err1 := instrumentWith(bin, options{})
+		before, st10, err2 := instrumentWith(bin, options{plainLeaves: true})
+		if (err1 == nil) != (err2 == nil) {
+			t.Fatalf("%s: version 11 %v, version 10 %v", name, err1, err2)
+		}
+		if err1 != nil {
+			continue
+		}
+		if st10.Leaves != 0 || st.Checks+st.Leaves != st10.Checks {
+			t.Fatalf("%s: %d checks and %d leaves, %d checks with plainLeaves (%d leaves)", name, st.Checks, st.Leaves, st10.Checks, st10.Leaves)
+		}
+		leaves += st.Leaves
+		for _, budget := range budgets {
+			o := runOpts{metered: true, budget: budget, fuel: true, timeout: 10 * time.Second}
+			got, want := runModule(t, now, o), runModule(t, before, o)
+			if got.Backstop || want.Backstop {
+				t.Fatalf("%s, budget %d: stopped by the backstop (version 11 %v, version 10 %v)", name, budget, got.Backstop, want.Backstop)
+			}
+			if !got.Exhausted && !want.Exhausted && !overdrawn(got) {
+				if g, w := got.String(), want.String(); g != w {
+					t.Fatalf("%s, budget %d: leaves change the outcome\n--- version 10:\n%s\n--- version 11:\n%s", name, budget, w, g)
+				}
+				full++
+				continue
+			}
+			// Up to the call that ran out (or overdrew), the same.
+			for j := 0; j < len(got.Calls) && j < len(want.Calls); j++ {
+				g, w := got.Calls[j], want.Calls[j]
+				if g == w {
+					continue
+				}
+				if !strings.HasSuffix(w, ": out of fuel") && !strings.HasSuffix(g, ": out of fuel") && !strings.Contains(g, " fuel -") {
+					t.Fatalf("%s, budget %d: call %d differs before the budget ran out\n--- version 10: %s\n--- version 11: %s", name, budget, j, w, g)
+				}
+				break
+			}
+		}
+		compared++
+	}
+	t.Logf("%d modules (%d leaves) compared under %d budgets, %d runs in full", compared, leaves, len(budgets), full)
+	if compared < 20 || leaves < 20 || full < 20 {
+		t.Fatalf("only %d modules, %d leaves, %d full runs compared", compared, leaves, full)
+	}
+}
+
+// overdrawn reports whether a call of the outcome returned with its fuel
+// below 0 (charged past its budget with no check left on its way out).
+func overdrawn(o *outcome) bool {
+	for _, c := range o.Calls {
+		if strings.Contains(c, " fuel -") {
+			return true
+		}
+	}
+	return false
+}

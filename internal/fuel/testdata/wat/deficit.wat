@@ -6,11 +6,13 @@
 ;;   host_trap  calls $fail, a host function that traps on its own (the
 ;;              guest's count, below the floor, was synced before the call)
 ;;   returns    returns 7: the call ends with nothing left to check
-;;   calls      calls $callee, whose entry check sees the deficit
+;;   calls      calls $callee, whose entry check sees the deficit ($callee
+;;              has a loop, 1 unit at its header: a function without a loop
+;;              or a call is a leaf, pass version 11, and has no check)
 ;; TestChargeDeficit runs them with a budget of 100.
 (module
   (import "env" "fail" (func $fail))
-  (func $callee)
+  (func $callee (loop))
   (func $host_trap (export "host_trap")
     (block (nop))
     i32.const 0 drop
