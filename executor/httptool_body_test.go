@@ -37,7 +37,11 @@ func TestHTTPToolBodyBounded(t *testing.T) {
 	e := newExecutor(t, loopbackEgress, func(c executor.Config) executor.Config {
 		return c.WithEgressLimits(egress.Limits{MaxBodyBytes: 256 << 20})
 	})
-	const limit = 20 // cpuMs, and the deadline's ms
+	// cpuLimit is the cpuMs of the CPU rows: well under what the smallest
+	// body here costs on an idle machine (the 8 MiB passthrough: about 14
+	// ms; with cpuMs 20 it answered at 20.8 ms of usage, input validation
+	// included). limit is the deadline's ms.
+	const cpuLimit, limit = 5, 20
 	// 8 MiB: its decoding for the templates (charged before, as the body
 	// is now) takes well under cpuMs; the old body passes took 40+ ms.
 	big := []byte(`{"s":"` + strings.Repeat("a", 8<<20) + `"}`)
@@ -65,30 +69,30 @@ func TestHTTPToolBodyBounded(t *testing.T) {
 		// The control: the same input to a GET tool (no body) fits cpuMs,
 		// so a stop below is the body's.
 		ctl := loadHTTPTool(t, e, map[string]any{"kind": "http", "method": "GET", "urlTemplate": base + "/sink"},
-			func(m map[string]any) { m["limits"] = map[string]any{"memMB": 512, "cpuMs": limit} })
+			func(m map[string]any) { m["limits"] = map[string]any{"memMB": 512, "cpuMs": cpuLimit} })
 		if res, err := ctl.Invoke(context.Background(), executor.Request{Input: c.input, Context: cc}); err != nil {
 			t.Logf("%s: the control (no body) failed: %v: the machine is too loaded for this row to show the body's stop", c.name, err)
 		} else {
 			t.Logf("%s: the control (no body) answered, usage.cpuMs %.1f", c.name, res.Usage.CPUMs)
 		}
 		hits.Store(0)
-		cpuTool := loadHTTPTool(t, e, spec, func(m map[string]any) { m["limits"] = map[string]any{"memMB": 512, "cpuMs": limit} })
+		cpuTool := loadHTTPTool(t, e, spec, func(m map[string]any) { m["limits"] = map[string]any{"memMB": 512, "cpuMs": cpuLimit} })
 		res, err := cpuTool.Invoke(context.Background(), executor.Request{Input: c.input, Context: cc})
 		if err == nil {
-			t.Errorf("%s, cpuMs %d: answered (usage.cpuMs %.1f, upstream hits %d); want limits-exceeded cpuMs", c.name, limit, res.Usage.CPUMs, hits.Load())
+			t.Errorf("%s, cpuMs %d: answered (usage.cpuMs %.1f, upstream hits %d); want limits-exceeded cpuMs", c.name, cpuLimit, res.Usage.CPUMs, hits.Load())
 		} else {
 			te := wantCode(t, err, toolerr.LimitsExceeded)
 			obs, _ := te.Details["observed"].(int64)
 			if te.Details["limit"] != "cpuMs" || res == nil || !strings.Contains(te.Message, "the HTTP tool's host work") {
 				t.Fatalf("%s: want limits-exceeded cpuMs of the host work, with usage: %s %v %+v", c.name, te.Message, te.Details, res)
 			}
-			t.Logf("%s, cpuMs %d: stopped at %d ms of host work (usage.cpuMs %.1f, input validation included)", c.name, limit, obs, res.Usage.CPUMs)
-			if obs > limit+stopBound || res.Usage.CPUMs < limit {
-				t.Errorf("%s: stopped at %d ms, usage.cpuMs %.1f; want within %d ms of cpuMs %d, charged", c.name, obs, res.Usage.CPUMs, stopBound, limit)
+			t.Logf("%s, cpuMs %d: stopped at %d ms of host work (usage.cpuMs %.1f, input validation included)", c.name, cpuLimit, obs, res.Usage.CPUMs)
+			if obs > cpuLimit+stopBound || res.Usage.CPUMs < cpuLimit {
+				t.Errorf("%s: stopped at %d ms, usage.cpuMs %.1f; want within %d ms of cpuMs %d, charged", c.name, obs, res.Usage.CPUMs, stopBound, cpuLimit)
 			}
 		}
 		if n := hits.Swap(0); n != 0 {
-			t.Errorf("%s, cpuMs %d: the upstream was reached %d times; want none", c.name, limit, n)
+			t.Errorf("%s, cpuMs %d: the upstream was reached %d times; want none", c.name, cpuLimit, n)
 		}
 		if len(c.input) == len(big) {
 			continue // its input validation alone can take 20 ms of wall time: the deadline row is the text one
