@@ -17,6 +17,8 @@ import (
 // method returns a changed copy. The zero value is not usable; start from
 // NewConfig, which sets every default.
 type Config struct {
+	gcHeadroom int64 // WithGCHeadroom
+
 	// Compilation cache (WithCacheDir). cacheDirErr is why NewConfig found
 	// no default directory; New reports it unless WithCacheDir chose one.
 	cacheDir    string
@@ -96,7 +98,21 @@ func NewConfig() Config {
 		poolIdle:       DefaultPoolIdle,
 		recycle:        true,
 		images:         true,
+		gcHeadroom:     DefaultGCHeadroom,
 	}
+}
+
+// WithGCHeadroom sets the heap headroom, in bytes, that New gives the
+// process's garbage collector (default DefaultGCHeadroom; 0 leaves the
+// collector as it is): a never-written allocation of that size that the
+// GC counts as live, so that it collects after that much more garbage than
+// the live heap alone allows (raiseGCHeadroom says why). It costs address
+// space, not memory, and is left out when GOGC or GOMEMLIMIT is set or a
+// memory limit was set with debug.SetMemoryLimit. One per process: the
+// largest any Config asked for.
+func (c Config) WithGCHeadroom(n int64) Config {
+	c.gcHeadroom = max(n, 0)
+	return c
 }
 
 // DefaultCacheDir is the compilation cache used when none is configured:

@@ -58,6 +58,7 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 	if cfg.cacheDirErr != nil {
 		return nil, fmt.Errorf("executor: no user cache directory (set one explicitly): %w", cfg.cacheDirErr)
 	}
+	raiseGCHeadroom(cfg.gcHeadroom)
 	dir := cfg.cacheDir
 	var cache wazero.CompilationCache
 	fuelDir := ""

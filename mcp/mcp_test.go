@@ -397,7 +397,7 @@ func TestProgressAndTraceparent(t *testing.T) {
 
 // A tool MCP cannot take fails New with a problem naming it, never a panic.
 func TestRefusedTools(t *testing.T) {
-	exec, err := executor.New(context.Background(), executor.NewConfig().WithCacheDir(sandboxtest.CacheDir(t)).WithGuestOutput(io.Discard, io.Discard))
+	exec, err := executor.New(context.Background(), executor.NewConfig().WithCacheDir(sandboxtest.CacheDir(t)).WithGuestOutput(io.Discard, io.Discard).WithGCHeadroom(0)) // TestG02MCPBodyCharge keeps the collector close behind: no ballast in this process
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -661,7 +661,7 @@ func TestReloadFollowsCatalog(t *testing.T) {
 		}
 	}
 	write("echo.tool.json", map[string]any{})
-	exec, err := executor.New(context.Background(), executor.NewConfig().WithCacheDir(sandboxtest.CacheDir(t)).WithDevMode(true).WithGuestOutput(io.Discard, io.Discard))
+	exec, err := executor.New(context.Background(), executor.NewConfig().WithCacheDir(sandboxtest.CacheDir(t)).WithDevMode(true).WithGuestOutput(io.Discard, io.Discard).WithGCHeadroom(0))
 	if err != nil {
 		t.Fatal(err)
 	}
