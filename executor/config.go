@@ -104,12 +104,13 @@ func NewConfig() Config {
 
 // WithGCHeadroom sets the heap headroom, in bytes, that New gives the
 // process's garbage collector (default DefaultGCHeadroom; 0 leaves the
-// collector as it is): a never-written allocation of that size that the
-// GC counts as live, so that it collects after that much more garbage than
-// the live heap alone allows (raiseGCHeadroom says why). It costs address
-// space, not memory, and is left out when GOGC or GOMEMLIMIT is set or a
-// memory limit was set with debug.SetMemoryLimit. One per process: the
-// largest any Config asked for.
+// collector as it is): after each collection the GC percentage is set so
+// that about that much garbage piles up before the next one, however
+// small the live heap (raiseGCHeadroom says why). It costs up to that much
+// resident garbage, and is left out when GOGC or GOMEMLIMIT is set or a
+// memory limit was set with debug.SetMemoryLimit, and stops when anything
+// else changes the GC percentage. One per process: the largest any Config
+// asked for.
 func (c Config) WithGCHeadroom(n int64) Config {
 	c.gcHeadroom = max(n, 0)
 	return c

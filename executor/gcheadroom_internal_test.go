@@ -2,13 +2,11 @@ package executor
 
 import (
 	"math"
-	"os"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
-	"strconv"
-	"strings"
 	"testing"
+	"time"
 )
 
 func TestGCHeadroomAllowed(t *testing.T) {
@@ -41,36 +39,123 @@ func TestGCHeadroomAllowed(t *testing.T) {
 	}
 }
 
-// TestGCHeadroomCostsNoMemory: the ballast raises the GC's heap goal by its
-// size and the process's resident memory by (almost) nothing.
-func TestGCHeadroomCostsNoMemory(t *testing.T) {
-	if !gcHeadroomAllowed(DefaultGCHeadroom, os.Getenv, debug.SetMemoryLimit(-1)) {
-		t.Skip("GOGC, GOMEMLIMIT or a memory limit is set: no ballast")
+func TestGCPercentFor(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		live, headroom uint64
+		want           int
+	}{
+		{0, 64 * mib, 1600},       // the ceiling: 4 MiB × 16 = the headroom
+		{2 * mib, 64 * mib, 1600}, // 3200 would make the smallest goal 128 MiB
+		{16 * mib, 64 * mib, 400}, // goal 80 MiB = live + headroom
+		{64 * mib, 64 * mib, 100},
+		{512 * mib, 64 * mib, 100}, // never under GOGC's default
+		{mib, 4 * mib, 100},        // no headroom past the runtime's own 4 MiB
+	} {
+		if got := gcPercentFor(c.live, c.headroom); got != c.want {
+			t.Errorf("gcPercentFor(%d MiB, %d MiB) = %d, want %d", c.live/mib, c.headroom/mib, got, c.want)
+		}
 	}
-	if _, err := os.Stat("/proc/self/statm"); err != nil {
-		t.Skip("no /proc/self/statm")
-	}
-	rss := func() int64 {
-		b, _ := os.ReadFile("/proc/self/statm")
-		f := strings.Fields(string(b))
-		pages, _ := strconv.ParseInt(f[1], 10, 64)
-		return pages * int64(os.Getpagesize())
-	}
-	const n = 512 << 20 // over any earlier ballast of this test process
+}
+
+// pauseProcessGC keeps the process's tuner out of a test that sets the GC
+// percentage, and puts it back afterwards.
+func pauseProcessGC(t *testing.T) {
+	processGC.mu.Lock()
+	was := processGC.stopped
+	processGC.stopped = true
+	saved := debug.SetGCPercent(100)
+	processGC.mu.Unlock()
+	t.Cleanup(func() {
+		processGC.mu.Lock()
+		defer processGC.mu.Unlock()
+		processGC.stopped = was
+		debug.SetGCPercent(saved)
+		if !was && !processGC.armed && processGC.last != 0 {
+			processGC.armed = true
+			processGC.arm()
+		}
+	})
+}
+
+func heapSample(name string) uint64 {
+	s := []metrics.Sample{{Name: name}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// TestGCTunerRaisesGoal: after a collection the heap goal is the live heap
+// plus the headroom, and the memory the process holds does not move until
+// garbage fills it.
+func TestGCTunerRaisesGoal(t *testing.T) {
+	pauseProcessGC(t)
+	const headroom = 256 << 20
+	var tu gcTuner
+	tu.headroom = headroom
 	runtime.GC()
-	before := rss()
-	if !raiseGCHeadroom(n) {
-		t.Fatal("raiseGCHeadroom refused")
+	live, goal0 := heapSample("/gc/heap/live:bytes"), heapSample("/gc/heap/goal:bytes")
+	tu.mu.Lock()
+	ok := tu.tuneLocked()
+	tu.mu.Unlock()
+	if !ok {
+		t.Fatal("the tuner stopped at GOGC=100")
 	}
-	runtime.GC()
-	after := rss()
-	goal := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}}
-	metrics.Read(goal)
-	t.Logf("RSS %d -> %d KiB, heap goal %d MiB", before>>10, after>>10, goal[0].Value.Uint64()>>20)
-	if after-before > 16<<20 {
-		t.Errorf("a %d MiB ballast made %d KiB resident", n>>20, (after-before)>>10)
+	goal := heapSample("/gc/heap/goal:bytes")
+	t.Logf("live %d KiB, heap goal %d -> %d MiB, GC percent %d", live>>10, goal0>>20, goal>>20, tu.last)
+	if tu.last != gcPercentFor(live, headroom) {
+		t.Errorf("percent %d, want gcPercentFor(%d, %d) = %d", tu.last, live, headroom, gcPercentFor(live, headroom))
 	}
-	if goal[0].Value.Uint64() < n {
-		t.Errorf("heap goal %d bytes, under the ballast's %d", goal[0].Value.Uint64(), n)
+	if goal < live+headroom*3/4 || goal > 2*live+headroom*5/4 {
+		t.Errorf("heap goal %d MiB, want about live (%d MiB) + %d MiB", goal>>20, live>>20, headroom>>20)
+	}
+}
+
+// TestGCTunerYields: the tuner follows each collection through its
+// sentinel's finalizer, and a percentage set by someone else stops it
+// for good with theirs in place.
+func TestGCTunerYields(t *testing.T) {
+	pauseProcessGC(t)
+	var tu gcTuner
+	if !tu.raise(64 << 20) {
+		t.Fatal("raise refused at GOGC=100")
+	}
+	debug.SetGCPercent(150)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		runtime.GC()
+		tu.mu.Lock()
+		stopped, armed := tu.stopped, tu.armed
+		tu.mu.Unlock()
+		if stopped && !armed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no collection reached the tuner in 10 s (stopped %v, armed %v)", stopped, armed)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if p := debug.SetGCPercent(150); p != 150 {
+		t.Errorf("the tuner left GC percent %d, not the 150 set after it", p)
+	}
+	if tu.raise(64 << 20) {
+		t.Error("a stopped tuner started again")
+	}
+
+	// A memory limit set later stops it too, with GOGC's default back.
+	var tm gcTuner
+	debug.SetGCPercent(100)
+	if !tm.raise(64 << 20) {
+		t.Fatal("raise refused at GOGC=100")
+	}
+	old := debug.SetMemoryLimit(1 << 40)
+	defer debug.SetMemoryLimit(old)
+	tm.mu.Lock()
+	ok := tm.tuneLocked()
+	tm.mu.Unlock()
+	if ok {
+		t.Error("the tuner ran on under a memory limit")
+	}
+	if p := debug.SetGCPercent(100); p != 100 {
+		t.Errorf("under a memory limit the tuner left GC percent %d, not 100", p)
 	}
 }

@@ -397,7 +397,7 @@ func TestProgressAndTraceparent(t *testing.T) {
 
 // A tool MCP cannot take fails New with a problem naming it, never a panic.
 func TestRefusedTools(t *testing.T) {
-	exec, err := executor.New(context.Background(), executor.NewConfig().WithCacheDir(sandboxtest.CacheDir(t)).WithGuestOutput(io.Discard, io.Discard).WithGCHeadroom(0)) // TestG02MCPBodyCharge keeps the collector close behind: no ballast in this process
+	exec, err := executor.New(context.Background(), executor.NewConfig().WithCacheDir(sandboxtest.CacheDir(t)).WithGuestOutput(io.Discard, io.Discard).WithGCHeadroom(0)) // TestG02MCPBodyCharge keeps the collector close behind: no GC tuner in this process
 	if err != nil {
 		t.Fatal(err)
 	}
