@@ -2,26 +2,20 @@ package conformance
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 )
 
 // TestABILineNamesTheABI: the abi check's reason names the ABI beside the
 // style — Extism for a module importing extism:host/env (the two-export WAT
 // plug-in, its tool choosing #shout), ABI v1 for the sample pack's echo.
 func TestABILineNamesTheABI(t *testing.T) {
-	bin, err := exec.LookPath("wat2wasm")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("wat2wasm is not on PATH; CI=true requires it")
-		}
-		t.Skip("wat2wasm is not on PATH")
-	}
 	dir := t.TempDir()
-	if b, err := exec.Command(bin, "-o", filepath.Join(dir, "two.wasm"), filepath.Join("..", "testdata", "wasm", "extism", "two_exports.wat")).CombinedOutput(); err != nil {
-		t.Fatalf("wat2wasm: %v\n%s", err, b)
+	if err := os.WriteFile(filepath.Join(dir, "two.wasm"), sandboxtest.WATFile(t, "testdata/wasm/extism/two_exports.wat"), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	man := `{"id":"t.shout","version":"1.0.0","description":"upper-cases its input","input":{"type":"string"},"output":{"type":"string"},
 "sandbox":"strict","limits":{"memMB":16,"cpuMs":1000},"mutating":false,"codeArtifactRef":{"kind":"filesystem","modulePath":"two.wasm#shout"}}`

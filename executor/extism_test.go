@@ -328,26 +328,9 @@ func TestExtismLog(t *testing.T) {
 	}
 }
 
-// watModule compiles testdata/wasm/extism/NAME.wat with wat2wasm (a CI
-// dependency: under CI=true a missing wat2wasm fails).
+// watModule compiles testdata/wasm/extism/NAME.wat.
 func watModule(t testing.TB, name string) []byte {
-	t.Helper()
-	bin, err := exec.LookPath("wat2wasm")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("wat2wasm is not on PATH; CI=true requires it")
-		}
-		t.Skip("wat2wasm is not on PATH")
-	}
-	out := filepath.Join(t.TempDir(), name+".wasm")
-	if b, err := exec.Command(bin, "-o", out, filepath.Join("..", "testdata", "wasm", "extism", name+".wat")).CombinedOutput(); err != nil {
-		t.Fatalf("wat2wasm %s: %v\n%s", name, err, b)
-	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return sandboxtest.WATFile(t, "testdata/wasm/extism/"+name+".wat")
 }
 
 // Refused at load with handler-shape-invalid naming the import: Extism host

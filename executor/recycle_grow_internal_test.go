@@ -178,7 +178,7 @@ func TestShrinkWazeroMemoryOnly(t *testing.T) {
 	in := &instance{acct: limits.NewAccount(64 << 20)}
 	for _, shared := range []bool{false, true} {
 		mem := map[bool]string{false: "(memory (export \"memory\") 1 8)", true: "(memory (export \"memory\") 1 8 shared)"}[shared]
-		bin := watBinary(t, "(module "+mem+")")
+		bin := sandboxtest.WAT(t, "(module "+mem+")", "--enable-threads")
 		in.acct = limits.NewAccount(64 << 20)
 		mod, err := r.InstantiateModule(experimental.WithMemoryAllocator(ctx, in.acct.Allocator()), mustCompile(t, r, bin), wazero.NewModuleConfig().WithName(""))
 		if err != nil {
@@ -205,26 +205,6 @@ func TestShrinkWazeroMemoryOnly(t *testing.T) {
 	if _, ok := memFields(&otherMemory{Buffer: make([]byte, 65536)}); ok {
 		t.Fatal("memFields accepted a memory type that is not wazero's")
 	}
-}
-
-func watBinary(t *testing.T, src string) []byte {
-	t.Helper()
-	bin, err := exec.LookPath("wat2wasm")
-	if err != nil {
-		t.Skip("wat2wasm is not on PATH")
-	}
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "m.wat"), []byte(src), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if b, err := exec.Command(bin, "--enable-threads", "-o", filepath.Join(dir, "m.wasm"), filepath.Join(dir, "m.wat")).CombinedOutput(); err != nil {
-		t.Fatalf("wat2wasm: %v\n%s", err, b)
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "m.wasm"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
 
 func mustCompile(t *testing.T, r wazero.Runtime, bin []byte) wazero.CompiledModule {

@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -128,7 +125,7 @@ func growReactor(t *testing.T, pages int) []byte {
 	t.Helper()
 	const tmpl = `{"pages":0,"leak":0,"m":0}`
 	at := func(key string) int { return 2048 + strings.Index(tmpl, key) + len(key) + 2 }
-	return watText(t, fmt.Sprintf(`(module
+	return sandboxtest.WAT(t, fmt.Sprintf(`(module
   (import "sandboxd_v1" "output_set" (func $output_set (param i32 i32) (result i32)))
   (memory (export "memory") %[1]d)
   (data (i32.const 2048) %[2]q)
@@ -148,32 +145,6 @@ func growReactor(t *testing.T, pages int) []byte {
     (i32.store8 (i32.const %[4]d) (i32.add (i32.const 48) (local.get $leak)))
     (i32.store8 (i32.const %[5]d) (i32.add (i32.const 48) (i32.load (i32.const 1024))))
     (call $output_set (i32.const 2048) (i32.const %[6]d))))`, pages, tmpl, at("pages"), at("leak"), at("m"), len(tmpl)))
-}
-
-// watText compiles WAT source with wat2wasm (a CI dependency, as for
-// watModule).
-func watText(t *testing.T, src string) []byte {
-	t.Helper()
-	bin, err := exec.LookPath("wat2wasm")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("wat2wasm is not on PATH; CI=true requires it")
-		}
-		t.Skip("wat2wasm is not on PATH")
-	}
-	dir := t.TempDir()
-	in, out := filepath.Join(dir, "m.wat"), filepath.Join(dir, "m.wasm")
-	if err := os.WriteFile(in, []byte(src), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if b, err := exec.Command(bin, "-o", out, in).CombinedOutput(); err != nil {
-		t.Fatalf("wat2wasm: %v\n%s", err, b)
-	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
 
 // An instance whose memory grew during its call is recycled all the same,

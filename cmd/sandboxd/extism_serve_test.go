@@ -43,20 +43,11 @@ func goSDKPlugin(t *testing.T, name string) string {
 	return p
 }
 
-// watToWasm compiles testdata/wasm/extism/NAME.wat into dst with wat2wasm
-// (a CI dependency: under CI=true a missing wat2wasm fails).
-func watToWasm(t *testing.T, name, dst string) {
+func writeFile(t *testing.T, dst string, b []byte) {
 	t.Helper()
-	bin, err := exec.LookPath("wat2wasm")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("wat2wasm is not on PATH; CI=true requires it")
-		}
-		t.Skip("wat2wasm is not on PATH")
-	}
 	_ = os.MkdirAll(filepath.Dir(dst), 0o755)
-	if b, err := exec.Command(bin, "-o", dst, filepath.Join("..", "..", "testdata", "wasm", "extism", name+".wat")).CombinedOutput(); err != nil {
-		t.Fatalf("wat2wasm %s: %v\n%s", name, err, b)
+	if err := os.WriteFile(dst, b, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -207,7 +198,7 @@ func runBounded(t *testing.T, cmd *exec.Cmd, limit time.Duration) error {
 func TestServeExtismIndexEntries(t *testing.T) {
 	dir := t.TempDir()
 	root := filepath.Join(dir, "dist")
-	watToWasm(t, "two_exports", filepath.Join(root, "plugins", "two.wasm"))
+	writeFile(t, filepath.Join(root, "plugins", "two.wasm"), sandboxtest.WATFile(t, "testdata/wasm/extism/two_exports.wat"))
 	copyFile(t, filepath.Join(root, "plugins", "two.wasm"), filepath.Join(root, "bundled", "two.wasm"))
 	str := map[string]any{"type": "string"}
 	tool := func(id, mp string) map[string]any {
