@@ -37,8 +37,9 @@ func BenchmarkServe(b *testing.B) {
 
 // BenchmarkScaling is the scaling row as a benchmark: each of b.N rounds
 // runs the pure-CPU control and the 1 KiB validated echo (context-isolated
-// and none) from 4 goroutines for 200 ms at GOMAXPROCS 1 and at 2; it
-// reports each case's calls/s ratio 2/1 (control-x, isolated-x, none-x).
+// and none, and the same echo as native Go) from 4 goroutines for 200 ms
+// at GOMAXPROCS 1 and at 2; it reports each case's calls/s ratio 2/1
+// (control-x, isolated-x, none-x, native-x).
 // Use it with -mutexprofile and -blockprofile to see what serialises.
 //
 //	go test -run '^$' -bench 'Scaling$' -benchtime 4x -mutexprofile mu.out -blockprofile block.out .
@@ -49,10 +50,12 @@ func BenchmarkScaling(b *testing.B) {
 	path := filepath.Join(root(b), "testdata/wasm/echo_reactor.wasm")
 	iso := loadTool(b, newExecutor(b, cache, 8), toolManifest("bench.scale", fsRef(path), true, "context-isolated", 5000))
 	none := loadTool(b, newExecutor(b, cache, 8), toolManifest("bench.scale", fsRef(path), true, "none", 5000))
+	native := nativeScalingCase(b, path)
 	cases := []callCase{
 		{"control", scalingControl(in)},
 		{"isolated", func() error { _, err := iso.Invoke(ctx, executor.Request{Input: in}); return err }},
 		{"none", func() error { _, err := none.Invoke(ctx, executor.Request{Input: in}); return err }},
+		{"native", func() error { _, err := native(in); return err }},
 	}
 	calls := make([][2]int64, len(cases))
 	secs := make([][2]float64, len(cases))

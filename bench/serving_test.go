@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/executor"
+	"github.com/sandboxd/sandboxd/manifest"
 	"github.com/sandboxd/sandboxd/server"
 )
 
@@ -81,10 +82,12 @@ func scaling(t *testing.T, r *report) {
 	path := filepath.Join(root(t), "testdata/wasm/echo_reactor.wasm")
 	iso := loadTool(t, newExecutor(t, cache, 8), toolManifest("bench.scale", fsRef(path), true, "context-isolated", 5000))
 	none := loadTool(t, newExecutor(t, cache, 8), toolManifest("bench.scale", fsRef(path), true, "none", 5000))
+	native := nativeScalingCase(t, path)
 	cases := []callCase{
 		{"pure-CPU control (sha256, no allocation)", scalingControl(in)},
 		{"sandboxd context-isolated (pool, recycled)", func() error { _, err := iso.Invoke(ctx, executor.Request{Input: in}); return err }},
 		{"sandboxd none (reused instance)", func() error { _, err := none.Invoke(ctx, executor.Request{Input: in}); return err }},
+		{nativeScalingName, func() error { _, err := native(in); return err }},
 	}
 	// Rounds alternate GOMAXPROCS 1 and 2, each case for a slice at each,
 	// so load changes fall on every case and both settings alike.
@@ -111,7 +114,7 @@ func scaling(t *testing.T, r *report) {
 	ctl := rate(0, 1) / rate(0, 0)
 	r.p("## Scaling GOMAXPROCS 1 → 2 (goal ≥ 1.8×)")
 	r.p("")
-	r.p("1 KiB validated echo (WAT guest), %d goroutines; %d rounds alternate GOMAXPROCS 1 and 2, every case %s at each. The pure-CPU control shows what the machine gives: when it scales below %.1f× the machine is loaded and the other rows' scaling is not reported. The machine has %d CPUs.", goroutines, rounds, slice, scalingControlMin, runtime.NumCPU())
+	r.p("1 KiB validated echo (WAT guest), %d goroutines; %d rounds alternate GOMAXPROCS 1 and 2, every case %s at each. The pure-CPU control shows what the machine gives: when it scales below %.1f× the machine is loaded and the other rows' scaling is not reported. The machine has %d CPUs. The last row is a second control with no goal: the same validated echo as a native Go function (sandboxd's validator, no Wasm, no sandbox), a workload that allocates and touches memory as a call does, to show how much such work scales on this machine.", goroutines, rounds, slice, scalingControlMin, runtime.NumCPU())
 	r.p("")
 	r.p("| case | calls/s GOMAXPROCS=1 | calls/s GOMAXPROCS=2 | scaling 2/1 | goal ≥ 1.8× |")
 	r.p("|---|---:|---:|---:|---|")
@@ -121,6 +124,8 @@ func scaling(t *testing.T, r *report) {
 		row := "throughput scaling GOMAXPROCS 1 → 2, 1 KiB validated echo, " + c.name
 		switch {
 		case ci == 0:
+		case c.name == nativeScalingName:
+			v = "(a second control: no goal)"
 		case ctl < scalingControlMin:
 			sc = fmt.Sprintf("not reported: control %.2f×, machine loaded", ctl)
 			v = addUnjudged(row, fmt.Sprintf("%.2f× (control %.2f×)", x, ctl), "≥ 1.8×, never below 1× under load",
@@ -131,6 +136,20 @@ func scaling(t *testing.T, r *report) {
 		r.p("| %s | %.0f | %.0f | %s | %s |", c.name, rate(ci, 0), rate(ci, 1), sc, v)
 	}
 	r.p("")
+}
+
+// nativeScalingName names the scaling table's second control.
+const nativeScalingName = "native Go validated echo (second control, no Wasm)"
+
+// nativeScalingCase is the 1 KiB validated echo as a native Go function
+// (nativeValidated), with the scaling tools' schemas.
+func nativeScalingCase(tb testing.TB, wasm string) func([]byte) (json.RawMessage, error) {
+	tb.Helper()
+	mt, err := manifest.Load(toolManifest("bench.scale-native", fsRef(wasm), true, "none", 5000))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return func(in []byte) (json.RawMessage, error) { return nativeValidated(mt, in) }
 }
 
 // scalingControl is the scaling rows' pure-CPU case: sha256 over in, 21
