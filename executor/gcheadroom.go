@@ -101,12 +101,9 @@ func (t *gcTuner) raise(n int64) bool {
 
 // gcSentinel is garbage from birth: its finalizer runs after the first
 // collection that finds it (an object with a pointer field, so that it is
-// never one of the runtime's combined tiny allocations, whose finalizers
-// may never run).
-type gcSentinel struct {
-	t *gcTuner
-	_ [8]byte
-}
+// never one of the runtime's combined tiny allocations, which hold no
+// pointers and whose finalizers may never run).
+type gcSentinel struct{ t *gcTuner }
 
 func (t *gcTuner) arm() {
 	runtime.SetFinalizer(&gcSentinel{t: t}, func(s *gcSentinel) { s.t.collected() })

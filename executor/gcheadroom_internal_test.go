@@ -84,9 +84,8 @@ func heapSample(name string) uint64 {
 	return s[0].Value.Uint64()
 }
 
-// TestGCTunerRaisesGoal: after a collection the heap goal is the live heap
-// plus the headroom, and the memory the process holds does not move until
-// garbage fills it.
+// TestGCTunerRaisesGoal: after a collection and a tune the GC percentage is
+// gcPercentFor's and the heap goal is about the live heap plus the headroom.
 func TestGCTunerRaisesGoal(t *testing.T) {
 	pauseProcessGC(t)
 	const headroom = 256 << 20

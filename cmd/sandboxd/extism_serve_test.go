@@ -54,13 +54,10 @@ func writeFile(t *testing.T, dst string, b []byte) {
 func copyFile(t *testing.T, src, dst string) {
 	t.Helper()
 	b, err := os.ReadFile(src)
-	if err == nil {
-		_ = os.MkdirAll(filepath.Dir(dst), 0o755)
-		err = os.WriteFile(dst, b, 0o644)
-	}
 	if err != nil {
 		t.Fatal(err)
 	}
+	writeFile(t, dst, b)
 }
 
 func writeJSON(t *testing.T, path string, v any) {
