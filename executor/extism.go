@@ -164,7 +164,7 @@ func schemaIsString(raw json.RawMessage) bool {
 	return ok && ty == "string"
 }
 
-// begin prepares an Extism call on in: a fresh kernel holding the input
+// begin prepares an Extism call on in: an empty kernel holding the input
 // (the validated JSON text, or a string input's UTF-8 bytes) and the
 // instance's vars, emptied at every call unless the posture is none.
 // It runs in the call's guard under ctx: unquoting a string input and
@@ -183,9 +183,14 @@ func (abiExtism) begin(ctx context.Context, t *reactorHandler, in *instance, inv
 			}
 		}
 	}
-	k := newExtismKernel(in.acct)
+	k := in.kernel
+	if k == nil {
+		k = newExtismKernel(in.acct)
+		in.kernel = k
+	}
 	k.ctx = ctx
 	defer func() { k.ctx = context.Background() }() // the kernel keeps nothing of the call's context
+	k.Renew(in.acct)                                // emptied: the last call's page, kept, is cleared where it wrote
 	if !k.Grow(extism.Page) || !k.SetInput(input) {
 		return t.memExceeded(in.acct.Refused(), fmt.Sprintf("the Extism kernel memory for the input (%d bytes) does not fit in memMB %d", len(input), t.limits.memMB))
 	}

@@ -96,8 +96,11 @@ type instance struct {
 	// itself (callStreams): reset for every call, so that a reused
 	// instance's calls allocate none, and one call's at a time.
 	callOut, callErr lineForwarder
-	vars             *varStore     // an Extism plug-in's vars
-	grew             *atomic.Int32 // its handler's count of instances a reset found grown (instance.reset)
+	vars             *varStore // an Extism plug-in's vars
+	// kernel is an Extism plug-in's kernel, renewed by every call
+	// (abiExtism.begin) so that its first page is allocated once.
+	kernel *extismKernel
+	grew   *atomic.Int32 // its handler's count of instances a reset found grown (instance.reset)
 	// Config.WithRecordable: the answers that made its current state and
 	// the switch its clocks and random source go through (record.go).
 	init      []*RecordedCall

@@ -7,6 +7,7 @@ import (
 
 	"github.com/tetratelabs/wazero/api"
 
+	"github.com/sandboxd/sandboxd/internal/extism"
 	"github.com/sandboxd/sandboxd/internal/fuel"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/manifest"
@@ -263,8 +264,15 @@ func (in *instance) load(st *state, globals []api.MutableGlobal, zeroed bool) bo
 }
 
 // heldBytes is what an idle pooled instance holds against the pool budget:
-// its linear memory, its tables and its snapshot.
-func (in *instance) heldBytes() int64 { return in.acct.Linear() + in.tables.bytes() + in.snap.size() }
+// its linear memory, its tables, its snapshot and an Extism plug-in's
+// kept kernel page.
+func (in *instance) heldBytes() int64 {
+	n := in.acct.Linear() + in.tables.bytes() + in.snap.size()
+	if in.kernel != nil {
+		n += extism.Page
+	}
+	return n
+}
 
 // memoryOf returns mod's memory, or nil for a module without one (wazero's
 // Module.Memory returns a typed nil pointer then: an Extism plug-in needs

@@ -93,8 +93,14 @@ type Kernel struct {
 	// clears only those); isDirty is the same set as a bitmap.
 	dirty   []uint32
 	isDirty []uint64
-	pos     uint64           // next block header (bump position)
-	blocks  map[uint64]block // by data offset
+	// ends holds, per page, the end of the bytes written in it since it was
+	// last cleared (a page is cleared up to there, not whole).
+	ends []uint32
+	// spare is a cleared page buffer kept from a kernel Renew emptied: the
+	// next page allocated takes it rather than a new one.
+	spare  []byte
+	pos    uint64           // next block header (bump position)
+	blocks map[uint64]block // by data offset
 	// peakBlocks is the most records blocks held since it was made: Reset
 	// replaces a map that grew large rather than clearing it (clear costs
 	// its capacity, not its length).
@@ -143,6 +149,7 @@ func (k *Kernel) Grow(end uint64) bool {
 	// The pages are allocated on their first write (page): growing costs
 	// a slice entry per page, whatever the size.
 	k.pages = append(k.pages, make([][]byte, need)...)
+	k.ends = append(k.ends, make([]uint32, need)...)
 	if words := (len(k.pages) + 63) / 64; words > len(k.isDirty) {
 		k.isDirty = append(k.isDirty, make([]uint64, words-len(k.isDirty))...)
 	}
@@ -155,7 +162,9 @@ func (k *Kernel) page(p uint64) []byte {
 	pg := k.pages[p]
 	if pg == nil {
 		k.meter(Page) // the allocator may have to zero it
-		pg = make([]byte, Page)
+		if pg, k.spare = k.spare, nil; pg == nil {
+			pg = make([]byte, Page)
+		}
 		k.pages[p] = pg
 	}
 	if w, bit := p/64, uint64(1)<<(p%64); k.isDirty[w]&bit == 0 {
@@ -359,6 +368,7 @@ func (k *Kernel) write(off uint64, b []byte, metered bool) {
 			k.meter(c)
 		}
 		copy(k.page(p)[o:], b[:c])
+		k.ends[p] = max(k.ends[p], uint32(o+c))
 		b, off = b[c:], off+c
 	}
 }
@@ -389,7 +399,9 @@ func (k *Kernel) StoreU8(off uint64, v uint8) error {
 	if !k.InBounds(off, 1) {
 		return outOfBounds("extism: store_u8 at %d is outside kernel memory (%d bytes)", off, k.Size())
 	}
-	k.page(off / Page)[off%Page] = v
+	p, o := off/Page, off%Page
+	k.page(p)[o] = v
+	k.ends[p] = max(k.ends[p], uint32(o+1))
 	return nil
 }
 
@@ -451,10 +463,55 @@ func (k *Kernel) Reset() {
 	for len(k.dirty) > 0 {
 		p := k.dirty[len(k.dirty)-1]
 		k.meter(Page)
-		clear(k.pages[p])
-		k.dirty = k.dirty[:len(k.dirty)-1]
-		k.isDirty[p/64] &^= 1 << (p % 64)
+		k.clearPage(p)
 	}
+}
+
+// clearPage clears dirty page p up to the end of what was written in it
+// and takes it off the dirty list, whose last entry it is.
+func (k *Kernel) clearPage(p uint32) {
+	clear(k.pages[p][:k.ends[p]])
+	k.ends[p] = 0
+	k.dirty = k.dirty[:len(k.dirty)-1]
+	k.isDirty[p/64] &^= 1 << (p % 64)
+}
+
+// Renew makes k what New(acct, meter) returns — no pages, no blocks, its
+// memory reserved in acct from now on — for the next call of the same
+// instance, keeping its first page's buffer, cleared where it was written,
+// for its next first write: a call then costs no 64 KiB allocation. What
+// k reserved in its old account is not released (the caller resets that
+// account between calls, limits.Account.Reset). The clearing is charged
+// as Reset's is.
+func (k *Kernel) Renew(acct *limits.Account) {
+	var spare []byte
+	if len(k.pages) > 0 && k.pages[0] != nil {
+		spare = k.pages[0]
+		if k.isDirty[0]&1 != 0 {
+			// Move page 0 to the end of the dirty list and clear it there.
+			for i, p := range k.dirty {
+				if p == 0 {
+					k.dirty[i] = k.dirty[len(k.dirty)-1]
+					k.dirty[len(k.dirty)-1] = 0
+					break
+				}
+			}
+			k.meter(Page)
+			k.clearPage(0)
+		}
+	}
+	clear(k.pages)
+	clear(k.isDirty)
+	k.pages, k.ends, k.isDirty, k.dirty = k.pages[:0], k.ends[:0], k.isDirty[:0], k.dirty[:0]
+	k.spare = spare
+	k.acct, k.pos = acct, rootAt+rootSize
+	if k.peakBlocks > maxClearBlocks {
+		k.blocks, k.peakBlocks = map[uint64]block{}, 0
+	} else {
+		clear(k.blocks)
+	}
+	k.freed, k.freedHead = k.freed[:0], 0
+	k.InputOff, k.InputLen, k.OutputOff, k.OutputLen, k.ErrorOff = 0, 0, 0, 0, 0
 }
 
 // maxClearBlocks is the most block records Reset clears in place; a map

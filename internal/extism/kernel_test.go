@@ -339,3 +339,58 @@ func TestKernelReadChunkedExact(t *testing.T) {
 		t.Fatal("a stopped Read returned")
 	}()
 }
+
+// Renew empties a kernel for the next call of its instance: no pages, no
+// blocks, nothing of what the last call wrote readable anywhere (its first
+// page kept but cleared, the rest dropped), reservations in the new
+// account; and a renewed kernel's first page costs no allocation.
+func TestKernelRenew(t *testing.T) {
+	old := limits.NewAccount(1 << 20)
+	k := extism.New(old, nil)
+	if !k.Grow(3*extism.Page) || !k.SetInput([]byte(strings.Repeat("secret", 100))) {
+		t.Fatal("setup")
+	}
+	for _, off := range []uint64{extism.Page - 1, extism.Page + 5, 2*extism.Page + 9} {
+		if err := k.StoreU8(off, 0xAA); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k.Alloc(100)
+
+	acct := limits.NewAccount(1 << 20)
+	k.Renew(acct)
+	if k.Size() != 0 || k.InputLen != 0 || k.InputOff != 0 || k.Length(extism.FirstBlock) != 0 {
+		t.Fatalf("renewed: size %d, input [%d, +%d), first block %d bytes", k.Size(), k.InputOff, k.InputLen, k.Length(extism.FirstBlock))
+	}
+	if !k.Grow(3*extism.Page) || acct.Peak() < 3*extism.Page {
+		t.Fatalf("grow after Renew: peak %d in the new account", acct.Peak())
+	}
+	// The kept page goes to the first page written, whichever it is: every
+	// byte of every page reads zero, the kept one included.
+	if err := k.StoreU8(2*extism.Page, 1); err != nil {
+		t.Fatal(err)
+	}
+	for p := uint64(0); p < 3; p++ {
+		b := k.Read(p*extism.Page, extism.Page)
+		for i, c := range b {
+			if c != 0 && (p != 2 || i != 0) {
+				t.Fatalf("page %d byte %d is %#x after Renew", p, i, c)
+			}
+		}
+	}
+	if h := k.Alloc(10); h != extism.FirstBlock {
+		t.Fatalf("first block after Renew at %d, want %d", h, extism.FirstBlock)
+	}
+
+	in := []byte(strings.Repeat("x", 1024))
+	allocs := testing.AllocsPerRun(100, func() {
+		k.Renew(acct)
+		acct.Reset()
+		if !k.Grow(extism.Page) || !k.SetInput(in) {
+			t.Fatal("input after Renew")
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("Renew + a 1 KiB input: %.1f allocations, want 0 (the kept page reused)", allocs)
+	}
+}
