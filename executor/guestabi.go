@@ -92,9 +92,11 @@ func selectABI(parsed *wasmbin.Module, entry string) guestABI {
 // checks it again before returning (fuel.Check), whichever ABI it serves.
 func hostFunction(b wazero.HostModuleBuilder, name string, params, results []api.ValueType, fn api.GoModuleFunc) {
 	metered := func(ctx context.Context, mod api.Module, stack []uint64) {
-		fuel.Charge(ctx, hostCallFuel)
+		m := fuel.Enter(ctx, hostCallFuel) // one lookup of the meter for both
 		fn(ctx, mod, stack)
-		fuel.Check(ctx)
+		if m != nil {
+			m.Check(ctx)
+		}
 	}
 	b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(metered), params, results).Export(name)
 }

@@ -191,10 +191,15 @@ func MeterFrom(ctx context.Context) *Meter {
 // raising the floor above the counter, so Meter.Exhausted reports the trap
 // as the pass's. It does nothing for an unmetered call.
 func Check(ctx context.Context) {
-	m := MeterFrom(ctx)
-	if m == nil {
-		return
+	if m := MeterFrom(ctx); m != nil {
+		m.Check(ctx)
 	}
+}
+
+// Check is the package's Check for a call on ctx known to be metered by m
+// (MeterFrom(ctx) == m): a host function that looked its meter up once
+// (Enter) calls it before returning.
+func (m *Meter) Check(ctx context.Context) {
 	if m.interrupted.Load() || ctx.Err() != nil {
 		m.interrupted.Store(true)
 		m.limit.Set(uint64(Interrupted))
@@ -211,11 +216,26 @@ func Check(ctx context.Context) {
 // lasts, or sets it to Spent and panics with ErrExhausted when it is spent.
 // It does nothing for an unmetered call.
 func Charge(ctx context.Context, units int64) {
-	m := MeterFrom(ctx)
-	if m == nil {
-		return
+	if m := MeterFrom(ctx); m != nil {
+		m.Charge(ctx, units)
 	}
-	Check(ctx)
+}
+
+// Enter is a host function's entry: Charge(ctx, units), returning the
+// call's meter (nil for an unmetered call) so that the function checks the
+// interrupt before it returns (Meter.Check) without looking it up again.
+func Enter(ctx context.Context, units int64) *Meter {
+	m := MeterFrom(ctx)
+	if m != nil {
+		m.Charge(ctx, units)
+	}
+	return m
+}
+
+// Charge is the package's Charge for a call on ctx known to be metered by
+// m (MeterFrom(ctx) == m).
+func (m *Meter) Charge(ctx context.Context, units int64) {
+	m.Check(ctx)
 	if units <= 0 {
 		return
 	}
