@@ -241,9 +241,75 @@ func populate(b []byte, ws *WorkingSet) {
 	each(ws.Read, unix.MADV_POPULATE_READ)
 }
 
-// discardPages releases the pages of b, a whole number of pages of an
-// anonymous private mapping, so that they read as zeros (MADV_DONTNEED);
-// false when the kernel refused.
+// discardPages makes the pages of b, a whole number of pages of an
+// anonymous private mapping, read as zeros; false when it could not.
+//
+// A short b (at most clearScanMax pages, the page or so a guest grows in a
+// call) is cleared in place where it is resident: the page map says which
+// pages are (present: written, or read and mapping the zero page), those
+// are cleared and stay resident, and the rest already read as zeros. That
+// is a read of the page map and a few page clears, where MADV_DONTNEED
+// would flush every CPU's TLB for the process (the caller's call on the
+// other core included) and leave the pages to fault in again at the next
+// call's regrowth. A longer b, one with swapped pages or with more than
+// clearKeepMax resident, or a page map that cannot be read, is released
+// (MADV_DONTNEED), so no instance keeps more than that resident past its
+// memory's size.
 func discardPages(b []byte) bool {
-	return len(b)%pageStep == 0 && unix.Madvise(b, unix.MADV_DONTNEED) == nil
+	if len(b)%pageStep != 0 {
+		return false
+	}
+	if clearResident(b) {
+		return true
+	}
+	return unix.Madvise(b, unix.MADV_DONTNEED) == nil
+}
+
+const (
+	clearScanMax = 256 // pages (1 MiB) discardPages scans to clear in place
+	clearKeepMax = 32  // resident pages (128 KiB) it clears and keeps
+)
+
+// clearResident clears the resident pages of b (discardPages); false,
+// having changed nothing, when it cannot tell them or there are too many.
+func clearResident(b []byte) bool {
+	pages := len(b) / pageStep
+	fd := pagemapFD()
+	if pages == 0 || pages > clearScanMax || fd < 0 {
+		return false
+	}
+	bp := entryBufs.Get().(*[]byte)
+	defer entryBufs.Put(bp)
+	if cap(*bp) < pages*8 {
+		*bp = make([]byte, pages*8)
+	}
+	ents := (*bp)[:pages*8]
+	entry := func(p int) uint64 { return *(*uint64)(unsafe.Pointer(&ents[p*8])) } // host order
+	off := int64(uintptr(unsafe.Pointer(&b[0]))/pageStep) * 8
+	for got := 0; got < len(ents); {
+		n, err := unix.Pread(fd, ents[got:], off+int64(got))
+		if err != nil || n <= 0 {
+			return false
+		}
+		got += n
+	}
+	resident := 0
+	for p := 0; p < pages; p++ {
+		switch e := entry(p); {
+		case e&pmSwapped != 0:
+			return false
+		case e&pmPresent != 0:
+			resident++
+		}
+	}
+	if resident > clearKeepMax {
+		return false
+	}
+	for p := 0; p < pages && resident > 0; p++ {
+		if entry(p)&pmPresent != 0 {
+			clear(b[p*pageStep : (p+1)*pageStep])
+			resident--
+		}
+	}
+	return true
 }

@@ -364,3 +364,63 @@ func TestAccountDiscard(t *testing.T) {
 		t.Fatal("Discard of freed memory")
 	}
 }
+
+// Discard clears a short tail where it is resident instead of releasing it
+// (no TLB flush, no faults at the next regrowth): the pages the guest wrote
+// stay resident and read as zeros, the pages it never touched stay
+// untouched; a tail with more resident pages than it keeps is released.
+func TestAccountDiscardClearsShortTailInPlace(t *testing.T) {
+	if pagemapFD() < 0 {
+		t.Skip("no /proc/self/pagemap")
+	}
+	os4k := os.Getpagesize()
+	a := NewAccount(64 * MiB)
+	lm := a.Allocator().Allocate(0, 16*PageSize)
+	buf := lm.Reallocate(4 * PageSize)
+	tail := buf[PageSize:]
+	written := []int{0, 3, 7, 40} // OS pages of the tail written
+	for _, p := range written {
+		for i := p * os4k; i < (p+1)*os4k; i += 97 {
+			tail[i] = 0xEE
+		}
+	}
+	var sink byte
+	for i := 20 * os4k; i < 21*os4k; i++ { // read, not written: the zero page
+		sink |= tail[i]
+	}
+	if sink != 0 {
+		t.Fatal("a page never written reads as non-zero")
+	}
+	if !a.Discard(PageSize) {
+		t.Fatal("Discard refused")
+	}
+	for _, p := range written {
+		if residentPages(t, tail[p*os4k:(p+1)*os4k]) != 1 {
+			t.Fatalf("written OS page %d of the tail is no longer resident: released, not cleared in place", p)
+		}
+	}
+	if n := residentPages(t, tail); n > len(written)+1 {
+		t.Fatalf("%d OS pages of the tail resident after Discard, want at most %d (the written ones and the one read)", n, len(written)+1)
+	}
+	lm.Reallocate(PageSize)
+	buf = lm.Reallocate(4 * PageSize)
+	if !bytes.Equal(buf[PageSize:], make([]byte, 3*PageSize)) {
+		t.Fatal("the tail does not read as zeros when the memory grows again")
+	}
+
+	// More resident pages than clearKeepMax: released.
+	for i := 0; i < (clearKeepMax+1)*os4k; i += os4k {
+		buf[PageSize+i] = 1
+	}
+	if !a.Discard(PageSize) {
+		t.Fatal("Discard refused")
+	}
+	if n := residentPages(t, buf[PageSize:]); n != 0 {
+		t.Fatalf("%d OS pages resident after discarding %d written ones: not released", n, clearKeepMax+1)
+	}
+	lm.Reallocate(PageSize)
+	buf = lm.Reallocate(4 * PageSize)
+	if !bytes.Equal(buf[PageSize:], make([]byte, 3*PageSize)) {
+		t.Fatal("the released tail does not read as zeros")
+	}
+}

@@ -171,9 +171,11 @@ func (m *linearMemory) Free() {
 // as zeros again, as memory a guest has not grown into yet does: a
 // recycled instance whose memory grew during its call is put back to its
 // saved size, and what the call wrote past it must not reach the next
-// call. Pages of the reservation are released to the kernel (Linux:
-// MADV_DONTNEED, so they cost nothing until touched again); memory on the
-// Go heap, or outside Linux, is cleared. The size and charge are left to
+// call. On Linux a short tail is cleared where it is resident (the page
+// or so a guest grows in a call: no TLB flush, no faults when it grows
+// again) and a longer one is released to the kernel (MADV_DONTNEED, so it
+// costs nothing until touched again): discardPages; memory on the Go heap,
+// or outside Linux, is cleared. The size and charge are left to
 // the allocator's next Reallocate. It returns false, changing nothing,
 // when there is no memory, it is not longer than from, from is not a
 // whole number of Wasm pages, or the bytes past from map an image.
