@@ -57,14 +57,17 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		_ = hs.Shutdown(sctx)
 		cancel()
 	}
-	_ = hs.Close()
-	err := <-errc
 	// abandoned counts the calls whose answer had not been written when
 	// the connections closed (their clients got none): not the calls still
 	// running when the drain gave up, some of which may have answered in
-	// between. A guest still stopping after its call was answered (at its
-	// deadline) is counted apart: its client has its answer.
+	// between, and not the calls still running once Serve returned, since
+	// a call cancelled by its closed connection can end before that (a
+	// stopped event with abandoned 0 while the client got no answer). A
+	// guest still stopping after its call was answered (at its deadline)
+	// is counted apart: its client has its answer.
 	abandoned := s.active.Load()
+	_ = hs.Close()
+	err := <-errc
 	s.log.Info("stopped", "abandoned", abandoned, "guestsStopping", s.activeGuests.Load(),
 		"drainMs", time.Since(begun).Milliseconds())
 	if err != nil && !errors.Is(err, http.ErrServerClosed) {
