@@ -451,15 +451,8 @@ func (k *Kernel) SetInput(b []byte) bool {
 // records go first, so a Meter panic leaves a kernel with no blocks whose
 // uncleared pages are still listed dirty.
 func (k *Kernel) Reset() {
-	k.pos = rootAt + rootSize
 	k.acct.Release(int64(len(k.blocks)) * blockHostBytes)
-	if k.peakBlocks > maxClearBlocks {
-		k.blocks, k.peakBlocks = map[uint64]block{}, 0
-	} else {
-		clear(k.blocks)
-	}
-	k.freed, k.freedHead = k.freed[:0], 0
-	k.InputOff, k.InputLen, k.OutputOff, k.OutputLen, k.ErrorOff = 0, 0, 0, 0, 0
+	k.clearRecords()
 	for len(k.dirty) > 0 {
 		p := k.dirty[len(k.dirty)-1]
 		k.meter(Page)
@@ -503,8 +496,14 @@ func (k *Kernel) Renew(acct *limits.Account) {
 	clear(k.pages)
 	clear(k.isDirty)
 	k.pages, k.ends, k.isDirty, k.dirty = k.pages[:0], k.ends[:0], k.isDirty[:0], k.dirty[:0]
-	k.spare = spare
-	k.acct, k.pos = acct, rootAt+rootSize
+	k.spare, k.acct = spare, acct
+	k.clearRecords()
+}
+
+// clearRecords empties the block records, the bump position and the
+// input, output and error ranges (Reset, Renew).
+func (k *Kernel) clearRecords() {
+	k.pos = rootAt + rootSize
 	if k.peakBlocks > maxClearBlocks {
 		k.blocks, k.peakBlocks = map[uint64]block{}, 0
 	} else {
