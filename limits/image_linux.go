@@ -152,6 +152,20 @@ func pagemapFD() int {
 
 var entryBufs = sync.Pool{New: func() any { return new([]byte) }}
 
+// readPagemap reads into buf the page-map entries of b's pages, 8 bytes
+// each from the page of b's first byte; false when it cannot.
+func readPagemap(fd int, buf, b []byte) bool {
+	off := int64(uintptr(unsafe.Pointer(&b[0]))/pageStep) * 8
+	for got := 0; got < len(buf); {
+		n, err := unix.Pread(fd, buf[got:], off+int64(got))
+		if err != nil || n <= 0 {
+			return false
+		}
+		got += n
+	}
+	return true
+}
+
 // copyBack copies the image (view) over every page of b that the instance
 // wrote — a page of a private file mapping that was written is an anonymous
 // copy (present or swapped, not a file page); every other page still reads
@@ -169,13 +183,8 @@ func copyBack(b, view []byte, scanOnly, want bool) (*WorkingSet, bool) {
 		*bp = make([]byte, pages*8)
 	}
 	buf := (*bp)[:pages*8]
-	off := int64(uintptr(unsafe.Pointer(&b[0]))/pageStep) * 8
-	for got := 0; got < len(buf); {
-		n, err := unix.Pread(fd, buf[got:], off+int64(got))
-		if err != nil || n <= 0 {
-			return nil, false
-		}
-		got += n
+	if !readPagemap(fd, buf, b) {
+		return nil, false
 	}
 	entry := func(p int) uint64 { return *(*uint64)(unsafe.Pointer(&buf[p*8])) }
 	if !want && !scanOnly {
@@ -285,13 +294,8 @@ func clearResident(b []byte) bool {
 	}
 	ents := (*bp)[:pages*8]
 	entry := func(p int) uint64 { return *(*uint64)(unsafe.Pointer(&ents[p*8])) } // host order
-	off := int64(uintptr(unsafe.Pointer(&b[0]))/pageStep) * 8
-	for got := 0; got < len(ents); {
-		n, err := unix.Pread(fd, ents[got:], off+int64(got))
-		if err != nil || n <= 0 {
-			return false
-		}
-		got += n
+	if !readPagemap(fd, ents, b) {
+		return false
 	}
 	resident := 0
 	for p := 0; p < pages; p++ {
