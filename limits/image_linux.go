@@ -89,7 +89,8 @@ func (m *Image) close() error {
 // memory reserveMemory mapped: private, so the instance's writes never
 // reach the image. If b already maps img (remap false), it is put back into
 // the image's state instead: the pages the instance wrote (its private
-// copies, found in /proc/self/pagemap) are copied back from the image and
+// copies, found by PAGEMAP_SCAN where the kernel has it, else in
+// /proc/self/pagemap) are copied back from the image and
 // stay resident, so the next call neither faults them in again nor the
 // pages it only reads (unless it wrote more than KeepPagesMax, or pagemap
 // cannot be read: then its written pages are discarded and read as the
@@ -170,11 +171,17 @@ func readPagemap(fd int, buf, b []byte) bool {
 // wrote — a page of a private file mapping that was written is an anonymous
 // copy (present or swapped, not a file page); every other page still reads
 // as the image. It reports false, having changed nothing, when the page map
-// cannot be read.
+// cannot be read. Without a working set wanted it asks the kernel for just
+// those pages (copyBackScan) and reads the page map only where it cannot.
 func copyBack(b, view []byte, scanOnly, want bool) (*WorkingSet, bool) {
 	fd := pagemapFD()
 	if fd < 0 || len(b)%pageStep != 0 {
 		return nil, false
+	}
+	if !want && !scanOnly {
+		if kept, ok := copyBackScan(fd, b, view); ok {
+			return nil, kept
+		}
 	}
 	pages := len(b) / pageStep
 	bp := entryBufs.Get().(*[]byte)

@@ -424,3 +424,97 @@ func TestAccountDiscardClearsShortTailInPlace(t *testing.T) {
 		t.Fatal("the released tail does not read as zeros")
 	}
 }
+
+// TestImageResetScan: a reset that wants no working set finds the written
+// pages with PAGEMAP_SCAN (where the kernel has it) and copies back just
+// those, as the page-map read does: the memory reads as the image, an
+// instance that wrote KeepPagesMax pages keeps them as private copies, one
+// that wrote one more has them all discarded. Each case runs through both
+// ways of finding the pages, which must agree.
+func TestImageResetScan(t *testing.T) {
+	if pagemapScan != 0xc0606610 {
+		t.Fatalf("PAGEMAP_SCAN is %#x, linux/fs.h's is 0xc0606610", pagemapScan)
+	}
+	const pages = 4 * KeepPagesMax
+	src := make([]byte, pages*4096)
+	for i := range src {
+		if (i/4096)%5 != 0 { // every fifth page zero (a hole in the memfd)
+			src[i] = byte(i*13 + 3)
+		}
+	}
+	img, err := NewImage(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer img.Close()
+	fd := pagemapFD()
+	if fd < 0 {
+		t.Skip("no /proc/self/pagemap")
+	}
+	probe, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(probe)
+	if _, ok := copyBackScan(fd, probe, probe); !ok {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("PAGEMAP_SCAN refused on this kernel (%s)", kernelRelease(t))
+		}
+		t.Skipf("no PAGEMAP_SCAN on this kernel (%s): the page-map read is the only path", kernelRelease(t))
+	}
+	for _, way := range []string{"scan", "page map"} {
+		t.Run(way, func(t *testing.T) {
+			scanUnsupported.Store(way == "page map")
+			defer scanUnsupported.Store(false)
+			a := NewAccount(64 * MiB)
+			lm := a.Allocator().Allocate(0, 64*PageSize)
+			defer lm.Free()
+			buf := lm.Reallocate(uint64(len(src)))
+			if ok, _, err := a.MapImage(img, nil, false); !ok || err != nil {
+				t.Fatal(ok, err)
+			}
+			anon := func() int { return smapsOf(t, uintptr(unsafe.Pointer(&buf[0])))["Anonymous"] / 4 }
+			for _, c := range []struct {
+				written, kept int
+			}{{0, 0}, {1, 1}, {37, 37}, {KeepPagesMax, KeepPagesMax}, {KeepPagesMax + 1, 0}, {3, 3}} {
+				// Written pages spread over the memory (runs and gaps),
+				// every page read.
+				for p := 0; p < pages; p++ {
+					_ = buf[p*4096+100]
+				}
+				for i := 0; i < c.written; i++ {
+					p := i/2*7 + i%2 // runs of two pages, 7 apart: 897 at most
+					buf[p*4096+i%4096] ^= 0x5A
+				}
+				if way == "scan" {
+					// The scan itself, so that a silent fall back to the
+					// page map would fail here.
+					kept, ok := copyBackScan(fd, buf, img.view)
+					if !ok || kept != (c.kept > 0 || c.written == 0) {
+						t.Fatalf("%d written: copyBackScan kept %v, ok %v", c.written, kept, ok)
+					}
+				}
+				ok, seen, err := a.MapImage(img, nil, false)
+				if !ok || err != nil || seen != nil {
+					t.Fatal(ok, seen, err)
+				}
+				if !bytes.Equal(buf, src) {
+					t.Fatalf("%d written: the memory differs from the image after the reset", c.written)
+				}
+				// Pages kept from an earlier case count too, until a
+				// discard drops them all.
+				if got := anon(); got < c.kept || (c.kept == 0 && got != 0) || got > KeepPagesMax {
+					t.Errorf("%d written: %d private pages after the reset, want %d (or the earlier cases' too, at most %d)", c.written, got, c.kept, KeepPagesMax)
+				}
+			}
+		})
+	}
+}
+
+func kernelRelease(t *testing.T) string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return "?"
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
