@@ -7,7 +7,6 @@ import (
 
 	"github.com/tetratelabs/wazero/api"
 
-	"github.com/sandboxd/sandboxd/internal/extism"
 	"github.com/sandboxd/sandboxd/internal/fuel"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/manifest"
@@ -210,6 +209,9 @@ func (in *instance) reset() bool {
 	in.init, in.initKnown = s.st.init, s.st.initKnown // the answers that made the state it is now in
 	in.vars.release()                                 // an Extism plug-in's vars: the next call starts without (abiExtism.begin)
 	in.vars = nil
+	if in.kernel != nil {
+		in.kernel.Idle() // the last call's kernel pages and records, let go before the instance waits in the pool
+	}
 	in.resetAccount()
 	in.recycled++
 	return true
@@ -265,11 +267,11 @@ func (in *instance) load(st *state, globals []api.MutableGlobal, zeroed bool) bo
 
 // heldBytes is what an idle pooled instance holds against the pool budget:
 // its linear memory, its tables, its snapshot and an Extism plug-in's
-// kept kernel page.
+// kernel (emptied by reset: its kept page and small tables).
 func (in *instance) heldBytes() int64 {
 	n := in.acct.Linear() + in.tables.bytes() + in.snap.size()
 	if in.kernel != nil {
-		n += extism.Page
+		n += in.kernel.HeldBytes()
 	}
 	return n
 }

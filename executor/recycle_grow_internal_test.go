@@ -15,6 +15,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
 
+	"github.com/sandboxd/sandboxd/internal/extism"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/limits"
 )
@@ -123,6 +124,11 @@ func checkFresh(t *testing.T, call int, in *instance) {
 	}
 	if s.dirty.Get() != 0 {
 		t.Fatalf("call %d: dirty flag %d", call, s.dirty.Get())
+	}
+	// The kernel keeps a page for the next call, cleared, and none of the
+	// last call's pages or records (Kernel.Idle).
+	if k := in.kernel; k != nil && (k.Size() != 0 || k.HeldBytes() > extism.Page+8<<10) {
+		t.Fatalf("call %d: the recycled instance's kernel is %d bytes and holds %d", call, k.Size(), k.HeldBytes())
 	}
 	for i, g := range s.globals {
 		if g.Get() != st.values[i] {

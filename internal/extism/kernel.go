@@ -500,6 +500,46 @@ func (k *Kernel) Renew(acct *limits.Account) {
 	k.clearRecords()
 }
 
+// Idle empties k between calls as Renew(k's account) does — every page
+// but the first one's buffer let go, that one cleared where it was
+// written — and lets go of the bookkeeping a large call left behind (a
+// block map of more than idleKeepRecords records, a free list longer than
+// that, page tables of more than idleKeepPages pages), so that an idle
+// instance's kernel holds HeldBytes, a page and small tables, not the last
+// call's pages and records. Clearing is charged as Renew's is, to the call
+// k's meter charges then (none between calls).
+func (k *Kernel) Idle() {
+	k.Renew(k.acct)
+	if k.peakBlocks > idleKeepRecords {
+		k.blocks, k.peakBlocks = map[uint64]block{}, 0
+	}
+	if cap(k.freed) > idleKeepRecords {
+		k.freed = nil
+	}
+	if cap(k.pages) > idleKeepPages {
+		k.pages, k.ends, k.isDirty, k.dirty = nil, nil, nil, nil
+	}
+}
+
+const (
+	idleKeepRecords = 64 // block records an idle kernel's map and free list keep room for
+	idleKeepPages   = 64 // pages (4 MiB of kernel memory) an idle kernel's page tables keep room for
+)
+
+// HeldBytes is about what k holds of the host's memory besides its
+// account's reservations: the kept page buffer and its tables' capacity
+// (after Idle, a page and at most a few KiB).
+func (k *Kernel) HeldBytes() int64 {
+	const sliceHeader = 24
+	n := int64(cap(k.spare)) + int64(cap(k.pages))*sliceHeader + int64(cap(k.ends))*4 +
+		int64(cap(k.isDirty))*8 + int64(cap(k.dirty))*4 + int64(cap(k.freed))*8 +
+		int64(k.peakBlocks)*blockHostBytes
+	for _, p := range k.pages {
+		n += int64(cap(p))
+	}
+	return n
+}
+
 // clearRecords empties the block records, the bump position and the
 // input, output and error ranges (Reset, Renew).
 func (k *Kernel) clearRecords() {

@@ -394,3 +394,57 @@ func TestKernelRenew(t *testing.T) {
 		t.Fatalf("Renew + a 1 KiB input: %.1f allocations, want 0 (the kept page reused)", allocs)
 	}
 }
+
+// TestKernelIdle: a kernel emptied between calls (Idle) holds a page and
+// small tables however large its last call was — not that call's pages,
+// block records or free list — and the kept page reads zero; the next
+// call's Renew finds it ready.
+func TestKernelIdle(t *testing.T) {
+	acct := limits.NewAccount(64 << 20)
+	k := extism.New(acct, nil)
+	const pages = 200 // 12.5 MiB
+	if !k.Grow(pages*extism.Page) || !k.SetInput([]byte("secret")) {
+		t.Fatal("setup")
+	}
+	for p := uint64(0); p < pages; p++ {
+		if err := k.StoreU8(p*extism.Page+7, 0xAA); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var hs []uint64
+	for i := 0; i < 3000; i++ {
+		h := k.Alloc(16)
+		if h == 0 {
+			t.Fatal("alloc")
+		}
+		hs = append(hs, h)
+	}
+	for _, h := range hs[:2000] {
+		k.Free(h)
+	}
+	busy := k.HeldBytes()
+	if busy < pages*extism.Page {
+		t.Fatalf("a kernel with %d pages written holds %d bytes by HeldBytes", pages, busy)
+	}
+	k.Idle()
+	idle := k.HeldBytes()
+	if idle > extism.Page+8<<10 {
+		t.Fatalf("idle kernel holds %d bytes (%d before Idle), want its kept page and a few KiB at most", idle, busy)
+	}
+	if k.Size() != 0 || k.InputLen != 0 {
+		t.Fatalf("idle kernel: size %d, input %d bytes", k.Size(), k.InputLen)
+	}
+	acct.Reset()
+	k.Renew(acct)
+	if !k.Grow(extism.Page) {
+		t.Fatal("grow after Idle")
+	}
+	for i, c := range k.Read(0, extism.Page) {
+		if c != 0 {
+			t.Fatalf("byte %d of the kept page is %#x after Idle", i, c)
+		}
+	}
+	if h := k.Alloc(10); h != extism.FirstBlock {
+		t.Fatalf("first block after Idle at %d, want %d", h, extism.FirstBlock)
+	}
+}
