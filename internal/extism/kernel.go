@@ -477,7 +477,7 @@ func (k *Kernel) clearPage(p uint32) {
 // account between calls, limits.Account.Reset). The clearing is charged
 // as Reset's is.
 func (k *Kernel) Renew(acct *limits.Account) {
-	var spare []byte
+	spare := k.spare // kept by an earlier Renew whose kernel wrote no page since (Idle)
 	if len(k.pages) > 0 && k.pages[0] != nil {
 		spare = k.pages[0]
 		if k.isDirty[0]&1 != 0 {

@@ -447,4 +447,18 @@ func TestKernelIdle(t *testing.T) {
 	if h := k.Alloc(10); h != extism.FirstBlock {
 		t.Fatalf("first block after Idle at %d, want %d", h, extism.FirstBlock)
 	}
+	// A call after Idle reuses the kept page: Idle, then the next call's
+	// Renew and input, allocate nothing.
+	in := []byte(strings.Repeat("x", 1024))
+	allocs := testing.AllocsPerRun(100, func() {
+		k.Idle()
+		acct.Reset()
+		k.Renew(acct)
+		if !k.Grow(extism.Page) || !k.SetInput(in) {
+			t.Fatal("input after Idle")
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("Idle, Renew and a 1 KiB input: %.1f allocations, want 0 (the kept page reused)", allocs)
+	}
 }
