@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -150,4 +151,103 @@ func goFreshUnderLoad(t *testing.T, never, reused *executor.Tool, in []byte) fre
 	f := freshLoad{never: hn.quantile(0.5), reused: hr.quantile(0.5), n: hn.n}
 	f.cost = f.never - f.reused
 	return f
+}
+
+// freshByMethod measures a fresh-instance cost by issue 26's method: a call
+// of fresh and a call of reused (the same guest under posture none, an
+// instance kept across calls), in turn, each from the public API in this
+// process after a busy wait of pace (so that fresh's pool has refilled),
+// with 2 goroutines calling other back to back throughout when other is not
+// nil; the first warm rounds are not counted (a strict tool learns the pages
+// its instances touch from its first 64 calls). cost = p50(fresh) −
+// p50(reused).
+func freshByMethod(t *testing.T, fresh, reused, other *executor.Tool, in []byte, pace time.Duration, warm, n int) freshLoad {
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	if other != nil {
+		for g := 0; g < 2; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if _, err := other.Invoke(ctx, executor.Request{Input: in}); err != nil {
+						failed.Store(err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	finish := func() {
+		close(stop)
+		wg.Wait()
+		if err, _ := failed.Load().(error); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if *quick {
+		n = max(n/5, 4)
+	}
+	hf, hr := newHist(), newHist()
+	for i := 0; i < warm+n; i++ {
+		for j, tool := range []*executor.Tool{fresh, reused} {
+			for until := time.Now().Add(pace); time.Now().Before(until); {
+				runtime.Gosched()
+			}
+			t0 := time.Now()
+			if _, err := tool.Invoke(ctx, executor.Request{Input: in}); err != nil {
+				finish()
+				t.Fatal(err)
+			}
+			if i >= warm {
+				[]*hist{hf, hr}[j].add(time.Since(t0))
+			}
+		}
+	}
+	finish()
+	f := freshLoad{never: hf.quantile(0.5), reused: hr.quantile(0.5), n: hf.n}
+	f.cost = f.never - f.reused
+	return f
+}
+
+// freshMethod holds the standard-Go guest's fresh-instance costs by issue
+// 26's method (freshByMethod).
+type freshMethod struct {
+	idle, loaded, unpooled freshLoad
+}
+
+// methodWarm and methodRounds are freshByMethod's uncounted and counted
+// rounds for the strict tool (past its 64 learning calls).
+const (
+	methodWarm   = 70
+	methodRounds = 100
+)
+
+// goFreshByMethod measures the go_echo guest at path by issue 26's method,
+// each case on its own executor (compile cache dir): strict (pool of 2)
+// idle and with 2 other callers of a third tool, and unpooled (pool size 0).
+func goFreshByMethod(t *testing.T, dir, path string, in []byte) freshMethod {
+	const pace = 20 * time.Millisecond
+	var m freshMethod
+	e := newExecutor(t, dir, 2)
+	strict := loadTool(t, e, toolManifest("bench.method.strict", fsRef(path), true, "strict", 5000))
+	reused := loadTool(t, e, toolManifest("bench.method.reused", fsRef(path), true, "none", 5000))
+	other := loadTool(t, e, toolManifest("bench.method.other", fsRef(path), true, "none", 5000))
+	m.idle = freshByMethod(t, strict, reused, nil, in, pace, methodWarm, methodRounds)
+	m.loaded = freshByMethod(t, strict, reused, other, in, pace, 5, methodRounds)
+	if strict.Stats().ImageInstances == 0 {
+		t.Fatal("method: no strict instance was loaded from the image")
+	}
+	e0 := newExecutor(t, dir, 0)
+	unpooled := loadTool(t, e0, toolManifest("bench.method.unpooled", fsRef(path), true, "context-isolated", 5000))
+	reused0 := loadTool(t, e0, toolManifest("bench.method.reused", fsRef(path), true, "none", 5000))
+	m.unpooled = freshByMethod(t, unpooled, reused0, nil, in, pace, 5, methodRounds)
+	return m
 }
