@@ -159,9 +159,9 @@ func goFreshUnderLoad(t *testing.T, never, reused *executor.Tool, in []byte) fre
 // process after a busy wait of pace (so that fresh's pool has refilled),
 // with 2 goroutines calling other back to back throughout when other is not
 // nil; the first warm rounds are not counted (a strict tool learns the pages
-// its instances touch from its first 64 calls). cost = p50(fresh) −
-// p50(reused).
-func freshByMethod(t *testing.T, fresh, reused, other *executor.Tool, in []byte, pace time.Duration, warm, n int) freshLoad {
+// its instances touch from its first 64 calls). Every counted call of fresh
+// must have got its instance as want says. cost = p50(fresh) − p50(reused).
+func freshByMethod(t *testing.T, fresh, reused, other *executor.Tool, in []byte, pace time.Duration, warm, n int, want executor.Acquisition) freshLoad {
 	ctx := context.Background()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -202,12 +202,18 @@ func freshByMethod(t *testing.T, fresh, reused, other *executor.Tool, in []byte,
 				runtime.Gosched()
 			}
 			t0 := time.Now()
-			if _, err := tool.Invoke(ctx, executor.Request{Input: in}); err != nil {
+			res, err := tool.Invoke(ctx, executor.Request{Input: in})
+			d := time.Since(t0)
+			if err != nil {
 				finish()
 				t.Fatal(err)
 			}
 			if i >= warm {
-				[]*hist{hf, hr}[j].add(time.Since(t0))
+				[]*hist{hf, hr}[j].add(d)
+				if j == 0 && res.Acquired != want {
+					finish()
+					t.Fatalf("method: a call of the fresh-instance tool got its instance %q, want %q", res.Acquired, want)
+				}
 			}
 		}
 	}
@@ -240,14 +246,14 @@ func goFreshByMethod(t *testing.T, dir, path string, in []byte) freshMethod {
 	strict := loadTool(t, e, toolManifest("bench.method.strict", fsRef(path), true, "strict", 5000))
 	reused := loadTool(t, e, toolManifest("bench.method.reused", fsRef(path), true, "none", 5000))
 	other := loadTool(t, e, toolManifest("bench.method.other", fsRef(path), true, "none", 5000))
-	m.idle = freshByMethod(t, strict, reused, nil, in, pace, methodWarm, methodRounds)
-	m.loaded = freshByMethod(t, strict, reused, other, in, pace, 5, methodRounds)
+	m.idle = freshByMethod(t, strict, reused, nil, in, pace, methodWarm, methodRounds, executor.AcquiredPooled)
+	m.loaded = freshByMethod(t, strict, reused, other, in, pace, 5, methodRounds, executor.AcquiredPooled)
 	if strict.Stats().ImageInstances == 0 {
 		t.Fatal("method: no strict instance was loaded from the image")
 	}
 	e0 := newExecutor(t, dir, 0)
 	unpooled := loadTool(t, e0, toolManifest("bench.method.unpooled", fsRef(path), true, "context-isolated", 5000))
 	reused0 := loadTool(t, e0, toolManifest("bench.method.reused", fsRef(path), true, "none", 5000))
-	m.unpooled = freshByMethod(t, unpooled, reused0, nil, in, pace, 5, methodRounds)
+	m.unpooled = freshByMethod(t, unpooled, reused0, nil, in, pace, 5, methodRounds, executor.AcquiredImage)
 	return m
 }
