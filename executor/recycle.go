@@ -149,20 +149,9 @@ func nonZeroRuns(b []byte) []run {
 	return runs
 }
 
-func allZero(b []byte) bool {
-	for len(b) >= 8 {
-		if b[0]|b[1]|b[2]|b[3]|b[4]|b[5]|b[6]|b[7] != 0 {
-			return false
-		}
-		b = b[8:]
-	}
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
-}
+// allZero reports whether b, at most a chunk long, holds only zeros
+// (bytes.Equal is the vectorised comparison).
+func allZero(b []byte) bool { return bytes.Equal(b, zeroChunk[:len(b)]) }
 
 // restore writes the saved memory over b (of the saved size): the runs are
 // copied, everything between them cleared (clearDirty).
@@ -175,8 +164,8 @@ func (s *state) restore(b []byte) {
 	clearDirty(b[at:])
 }
 
-// zeroChunk is what clearDirty compares memory with.
-var zeroChunk [4096]byte
+// zeroChunk is what allZero and clearDirty compare memory with.
+var zeroChunk [chunk]byte
 
 // clearDirty makes b all zeros, writing only the 4 KiB chunks that are not
 // zero already. A call writes a little of its instance's memory (the echo

@@ -3,6 +3,7 @@
 package limits
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"sync"
@@ -66,15 +67,11 @@ const pageStep = 4096
 // no instance holds more than that in private copies between calls.
 const KeepPagesMax = 256
 
-func allZeroPage(b []byte) bool {
-	for len(b) >= 8 {
-		if *(*uint64)(unsafe.Pointer(&b[0])) != 0 {
-			return false
-		}
-		b = b[8:]
-	}
-	return true
-}
+// allZeroPage reports whether the page b holds only zeros.
+func allZeroPage(b []byte) bool { return bytes.Equal(b, zeroPage[:len(b)]) }
+
+// zeroPage is what allZeroPage compares a page with.
+var zeroPage [pageStep]byte
 
 func (m *Image) close() error {
 	err := unix.Munmap(m.view)
