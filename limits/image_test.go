@@ -200,12 +200,7 @@ func TestImageResetRandomWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer img.Close()
-	a := NewAccount(64 * MiB)
-	lm := a.Allocator().Allocate(0, 16*PageSize)
-	buf := lm.Reallocate(uint64(len(src)))
-	if ok, _, err := a.MapImage(img, nil, true); !ok || err != nil {
-		t.Fatal(ok, err)
-	}
+	a, buf := mappedImage(t, img, nil, 16, true)
 	rng := uint64(1)
 	next := func() uint64 { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return rng }
 	var learned *WorkingSet
@@ -230,12 +225,7 @@ func TestImageResetRandomWrites(t *testing.T) {
 	if len(learned.Write) == 0 {
 		t.Fatal("no written page was seen")
 	}
-	b := NewAccount(64 * MiB)
-	lb := b.Allocator().Allocate(0, 16*PageSize)
-	bb := lb.Reallocate(uint64(len(src)))
-	if ok, _, err := b.MapImage(img, learned, true); !ok || err != nil {
-		t.Fatal(ok, err)
-	}
+	_, bb := mappedImage(t, img, learned, 16, true)
 	f := smapsOf(t, uintptr(unsafe.Pointer(&bb[0])))
 	if want := len(learned.Write) * 4; f["Anonymous"] != want {
 		t.Errorf("populated instance: Anonymous %d kB, want the %d kB of written pages", f["Anonymous"], want)
@@ -243,8 +233,6 @@ func TestImageResetRandomWrites(t *testing.T) {
 	if !bytes.Equal(bb, src) {
 		t.Fatal("populating changed what the memory reads")
 	}
-	lm.Free()
-	lb.Free()
 }
 
 // TestImageResetManyWrites: an instance that wrote more than KeepPagesMax
@@ -261,13 +249,7 @@ func TestImageResetManyWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer img.Close()
-	a := NewAccount(64 * MiB)
-	lm := a.Allocator().Allocate(0, 64*PageSize)
-	defer lm.Free()
-	buf := lm.Reallocate(uint64(len(src)))
-	if ok, _, err := a.MapImage(img, nil, true); !ok || err != nil {
-		t.Fatal(ok, err)
-	}
+	a, buf := mappedImage(t, img, nil, 64, true)
 	for p := 0; p < pages; p++ {
 		buf[p*4096+p%4096] ^= 0xFF
 	}
@@ -469,13 +451,7 @@ func TestImageResetScan(t *testing.T) {
 		t.Run(way, func(t *testing.T) {
 			scanUnsupported.Store(way == "page map")
 			defer scanUnsupported.Store(false)
-			a := NewAccount(64 * MiB)
-			lm := a.Allocator().Allocate(0, 64*PageSize)
-			defer lm.Free()
-			buf := lm.Reallocate(uint64(len(src)))
-			if ok, _, err := a.MapImage(img, nil, false); !ok || err != nil {
-				t.Fatal(ok, err)
-			}
+			a, buf := mappedImage(t, img, nil, 64, false)
 			anon := func() int { return smapsOf(t, uintptr(unsafe.Pointer(&buf[0])))["Anonymous"] / 4 }
 			for _, c := range []struct {
 				written, kept int
@@ -520,4 +496,20 @@ func kernelRelease() string {
 		return "?"
 	}
 	return unix.ByteSliceToString(u.Release[:])
+}
+
+// mappedImage returns a new 64 MiB account and the memory of an instance in
+// it (at most maxPages Wasm pages, as long as img) mapping img, its pages of
+// ws populated (MapImage's want says whether that first mapping scans); the
+// memory is freed when the test ends.
+func mappedImage(t *testing.T, img *Image, ws *WorkingSet, maxPages uint64, want bool) (*Account, []byte) {
+	t.Helper()
+	a := NewAccount(64 * MiB)
+	lm := a.Allocator().Allocate(0, maxPages*PageSize)
+	t.Cleanup(lm.Free)
+	buf := lm.Reallocate(uint64(img.size))
+	if ok, _, err := a.MapImage(img, ws, want); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	return a, buf
 }
