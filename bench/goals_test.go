@@ -226,7 +226,7 @@ func freshByMethod(t *testing.T, fresh, reused, other *executor.Tool, in []byte,
 // freshMethod holds the standard-Go guest's fresh-instance costs by issue
 // 26's method (freshByMethod).
 type freshMethod struct {
-	idle, loaded, unpooled freshLoad
+	idle, loaded, recycled, unpooled freshLoad
 }
 
 // methodWarm and methodRounds are freshByMethod's uncounted and counted
@@ -238,7 +238,8 @@ const (
 
 // goFreshByMethod measures the go_echo guest at path by issue 26's method,
 // each case on its own executor (compile cache dir): strict (pool of 2)
-// idle and with 2 other callers of a third tool, and unpooled (pool size 0).
+// idle and with 2 other callers of a third tool, context-isolated with
+// recycling (the default; pool of 2) and unpooled (pool size 0).
 func goFreshByMethod(t *testing.T, dir, path string, in []byte) freshMethod {
 	const pace = 20 * time.Millisecond
 	var m freshMethod
@@ -251,6 +252,10 @@ func goFreshByMethod(t *testing.T, dir, path string, in []byte) freshMethod {
 	if strict.Stats().ImageInstances == 0 {
 		t.Fatal("method: no strict instance was loaded from the image")
 	}
+	er := newExecutor(t, dir, 2)
+	recycled := loadTool(t, er, toolManifest("bench.method.recycled", fsRef(path), true, "context-isolated", 5000))
+	reusedR := loadTool(t, er, toolManifest("bench.method.reused", fsRef(path), true, "none", 5000))
+	m.recycled = freshByMethod(t, recycled, reusedR, nil, in, pace, 5, methodRounds, executor.AcquiredRecycled)
 	e0 := newExecutor(t, dir, 0)
 	unpooled := loadTool(t, e0, toolManifest("bench.method.unpooled", fsRef(path), true, "context-isolated", 5000))
 	reused0 := loadTool(t, e0, toolManifest("bench.method.reused", fsRef(path), true, "none", 5000))
