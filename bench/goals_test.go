@@ -105,26 +105,7 @@ func (f freshLoad) vsIdle(idle time.Duration) float64 { return ratioOf(f.cost, i
 // with the callers, and an empty pool instantiates in the call).
 func goFreshUnderLoad(t *testing.T, never, reused *executor.Tool, in []byte) freshLoad {
 	ctx := context.Background()
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var failed atomic.Value
-	for g := 0; g < 2; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if _, err := never.Invoke(ctx, executor.Request{Input: in}); err != nil {
-					failed.Store(err)
-					return
-				}
-			}
-		}()
-	}
+	finish := callBackToBack(t, never, in)
 	hn, hr := newHist(), newHist()
 	n := 40
 	if *quick {
@@ -134,8 +115,7 @@ func goFreshUnderLoad(t *testing.T, never, reused *executor.Tool, in []byte) fre
 		for j, tool := range []*executor.Tool{never, reused} {
 			t0 := time.Now()
 			if _, err := tool.Invoke(ctx, executor.Request{Input: in}); err != nil {
-				close(stop)
-				wg.Wait()
+				finish()
 				t.Fatal(err)
 			}
 			if i >= 2 {
@@ -143,11 +123,7 @@ func goFreshUnderLoad(t *testing.T, never, reused *executor.Tool, in []byte) fre
 			}
 		}
 	}
-	close(stop)
-	wg.Wait()
-	if err, _ := failed.Load().(error); err != nil {
-		t.Fatal(err)
-	}
+	finish()
 	f := freshLoad{never: hn.quantile(0.5), reused: hr.quantile(0.5), n: hn.n}
 	f.cost = f.never - f.reused
 	return f
@@ -163,34 +139,9 @@ func goFreshUnderLoad(t *testing.T, never, reused *executor.Tool, in []byte) fre
 // must have got its instance as want says. cost = p50(fresh) − p50(reused).
 func freshByMethod(t *testing.T, fresh, reused, other *executor.Tool, in []byte, pace time.Duration, warm, n int, want executor.Acquisition) freshLoad {
 	ctx := context.Background()
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var failed atomic.Value
+	finish := func() {}
 	if other != nil {
-		for g := 0; g < 2; g++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					if _, err := other.Invoke(ctx, executor.Request{Input: in}); err != nil {
-						failed.Store(err)
-						return
-					}
-				}
-			}()
-		}
-	}
-	finish := func() {
-		close(stop)
-		wg.Wait()
-		if err, _ := failed.Load().(error); err != nil {
-			t.Fatal(err)
-		}
+		finish = callBackToBack(t, other, in)
 	}
 	if *quick {
 		n = max(n/5, 4)
@@ -261,4 +212,37 @@ func goFreshByMethod(t *testing.T, dir, path string, in []byte) freshMethod {
 	reused0 := loadTool(t, e0, toolManifest("bench.method.reused", fsRef(path), true, "none", 5000))
 	m.unpooled = freshByMethod(t, unpooled, reused0, nil, in, pace, 5, methodRounds, executor.AcquiredImage)
 	return m
+}
+
+// callBackToBack starts 2 goroutines calling tool with in back to back. The
+// function it returns stops them, waits for them and fails t if a call
+// failed.
+func callBackToBack(t *testing.T, tool *executor.Tool, in []byte) func() {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	for g := 0; g < 2; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := tool.Invoke(context.Background(), executor.Request{Input: in}); err != nil {
+					failed.Store(err)
+					return
+				}
+			}
+		}()
+	}
+	return func() {
+		close(stop)
+		wg.Wait()
+		if err, _ := failed.Load().(error); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
