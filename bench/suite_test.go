@@ -94,7 +94,12 @@ func TestSuite(t *testing.T) {
 		{"extism", extismPluginRows}, // extism_plugins_test.go
 	} {
 		if *only == "" || slices.Contains(strings.Split(*only, ","), s.name) {
-			s.run(t, r)
+			// A subtest, so that the executors and tools a section made
+			// are closed before the next section measures: their pools'
+			// goroutines and memory would otherwise stay beside it.
+			if !t.Run(s.name, func(t *testing.T) { s.run(t, r) }) {
+				t.FailNow()
+			}
 		}
 	}
 	// After every section: the Extism plug-in rows come after the headline.
