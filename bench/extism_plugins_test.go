@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -237,9 +236,7 @@ func pacedCalls(t *testing.T, fns []func() error, pace time.Duration) []result {
 	}
 	for i := 0; i < n+3; i++ {
 		for j, fn := range fns {
-			for until := time.Now().Add(pace); time.Now().Before(until); {
-				runtime.Gosched()
-			}
+			busyWait(pace)
 			t0 := time.Now()
 			if err := fn(); err != nil {
 				t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -96,6 +95,14 @@ type freshLoad struct {
 	n                   int
 }
 
+// newFreshLoad is the medians of the fresh-instance calls in fresh and the
+// reused calls in reused, and their difference.
+func newFreshLoad(fresh, reused *hist) freshLoad {
+	f := freshLoad{never: fresh.quantile(0.5), reused: reused.quantile(0.5), n: fresh.n}
+	f.cost = f.never - f.reused
+	return f
+}
+
 // vsIdle is the loaded cost over the idle one.
 func (f freshLoad) vsIdle(idle time.Duration) float64 { return ratioOf(f.cost, idle) }
 
@@ -124,9 +131,7 @@ func goFreshUnderLoad(t *testing.T, never, reused *executor.Tool, in []byte) fre
 		}
 	}
 	finish()
-	f := freshLoad{never: hn.quantile(0.5), reused: hr.quantile(0.5), n: hn.n}
-	f.cost = f.never - f.reused
-	return f
+	return newFreshLoad(hn, hr)
 }
 
 // freshByMethod measures a fresh-instance cost by issue 26's method: a call
@@ -149,9 +154,7 @@ func freshByMethod(t *testing.T, fresh, reused, other *executor.Tool, in []byte,
 	hf, hr := newHist(), newHist()
 	for i := 0; i < warm+n; i++ {
 		for j, tool := range []*executor.Tool{fresh, reused} {
-			for until := time.Now().Add(pace); time.Now().Before(until); {
-				runtime.Gosched()
-			}
+			busyWait(pace)
 			t0 := time.Now()
 			res, err := tool.Invoke(ctx, executor.Request{Input: in})
 			d := time.Since(t0)
@@ -169,9 +172,7 @@ func freshByMethod(t *testing.T, fresh, reused, other *executor.Tool, in []byte,
 		}
 	}
 	finish()
-	f := freshLoad{never: hf.quantile(0.5), reused: hr.quantile(0.5), n: hf.n}
-	f.cost = f.never - f.reused
-	return f
+	return newFreshLoad(hf, hr)
 }
 
 // freshMethod holds the standard-Go guest's fresh-instance costs by issue
@@ -194,23 +195,20 @@ const (
 func goFreshByMethod(t *testing.T, dir, path string, in []byte) freshMethod {
 	const pace = 20 * time.Millisecond
 	var m freshMethod
+	tool := func(e *executor.Executor, id, posture string) *executor.Tool {
+		return loadTool(t, e, toolManifest("bench.method."+id, fsRef(path), true, posture, 5000))
+	}
 	e := newExecutor(t, dir, 2)
-	strict := loadTool(t, e, toolManifest("bench.method.strict", fsRef(path), true, "strict", 5000))
-	reused := loadTool(t, e, toolManifest("bench.method.reused", fsRef(path), true, "none", 5000))
-	other := loadTool(t, e, toolManifest("bench.method.other", fsRef(path), true, "none", 5000))
+	strict, reused, other := tool(e, "strict", "strict"), tool(e, "reused", "none"), tool(e, "other", "none")
 	m.idle = freshByMethod(t, strict, reused, nil, in, pace, methodWarm, methodRounds, executor.AcquiredPooled)
 	m.loaded = freshByMethod(t, strict, reused, other, in, pace, 5, methodRounds, executor.AcquiredPooled)
 	if strict.Stats().ImageInstances == 0 {
 		t.Fatal("method: no strict instance was loaded from the image")
 	}
 	er := newExecutor(t, dir, 2)
-	recycled := loadTool(t, er, toolManifest("bench.method.recycled", fsRef(path), true, "context-isolated", 5000))
-	reusedR := loadTool(t, er, toolManifest("bench.method.reused", fsRef(path), true, "none", 5000))
-	m.recycled = freshByMethod(t, recycled, reusedR, nil, in, pace, 5, methodRounds, executor.AcquiredRecycled)
+	m.recycled = freshByMethod(t, tool(er, "recycled", "context-isolated"), tool(er, "reused", "none"), nil, in, pace, 5, methodRounds, executor.AcquiredRecycled)
 	e0 := newExecutor(t, dir, 0)
-	unpooled := loadTool(t, e0, toolManifest("bench.method.unpooled", fsRef(path), true, "context-isolated", 5000))
-	reused0 := loadTool(t, e0, toolManifest("bench.method.reused", fsRef(path), true, "none", 5000))
-	m.unpooled = freshByMethod(t, unpooled, reused0, nil, in, pace, 5, methodRounds, executor.AcquiredImage)
+	m.unpooled = freshByMethod(t, tool(e0, "unpooled", "context-isolated"), tool(e0, "reused", "none"), nil, in, pace, 5, methodRounds, executor.AcquiredImage)
 	return m
 }
 
